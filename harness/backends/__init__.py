@@ -1,0 +1,1 @@
+"""Backends: one file each, registered through the `parity.backends` entry-point group."""

@@ -1,0 +1,44 @@
+"""The backend contract: a small class with a name, its precisions, and `run`.
+
+A backend computes every case of a fixture in one precision and returns
+`{case name: {tap name: numpy array}}`, one array per tap it declares in `supported_taps`, with
+the manifest's shape and the precision's dtype (float32 for "fp32", float64 for "fp64"). A tap it
+cannot produce is left out of `supported_taps` and reported "not supported", never silently
+missing. Heavy imports (torch, onnxruntime, ...) happen inside `run`, never at import time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from harness.fixture import Fixture
+
+Precision = Literal["fp32", "fp64"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "fp64")
+BackendOutput = dict[str, dict[str, "np.ndarray"]]
+
+
+class Backend:
+    """Subclass this, set the class attributes, and implement `run`."""
+
+    name: ClassVar[str] = ""  # the name users type: `parity run --backends NAME`
+    description: ClassVar[str] = ""  # one line for `parity backends`
+    precisions: ClassVar[tuple[Precision, ...]] = ()  # what it computes in: ("fp32",), ("fp64",) or both
+    requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs, checked before running
+    install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity[onnx]'"
+
+    def missing_dependencies(self) -> list[str]:
+        """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+    def supported_taps(self, fixture: Fixture) -> list[str]:
+        """The taps this backend produces for this fixture; by default every tap of the manifest."""
+        return list(fixture.tap_names)
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        """Every case of `fixture` in `precision`: {case: {tap: array}}."""
+        raise NotImplementedError

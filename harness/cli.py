@@ -1,0 +1,173 @@
+"""The `parity` command: run, backends, export, check-backend.
+
+Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
+User errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import cast
+
+from harness.backends.base import PRECISIONS, Backend, Precision
+from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendUnavailable, ParityError
+from harness.fixture import default_fixture_dir, load_fixture
+from harness.registry import backend_entry_points, load_backend
+
+
+def _parse_backends(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ParityError("--backends needs at least one backend name")
+    return names
+
+
+def _precisions(text: str) -> list[Precision]:
+    return list(PRECISIONS) if text == "all" else [cast(Precision, text)]
+
+
+def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
+    """Backends to run, and one line per registered backend skipped for missing dependencies.
+
+    Asked for by name, a backend with missing dependencies is an error (exit 2) with the
+    install hint; by default (every registered backend) it is skipped and reported.
+    """
+    chosen: list[Backend] = []
+    skipped: list[str] = []
+    for name in names if names is not None else list(backend_entry_points()):
+        backend = load_backend(name)
+        missing = backend.missing_dependencies()
+        if missing:
+            hint = f"; install with: {backend.install_hint}" if backend.install_hint else ""
+            msg = f"backend {name!r} needs {', '.join(missing)}, which is not available{hint}"
+            if names is not None:
+                raise BackendUnavailable(msg)
+            skipped.append(msg)
+            continue
+        chosen.append(backend)
+    return chosen, skipped
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.report import print_report, write_json
+    from harness.runner import run_parity
+
+    fixture = load_fixture(args.fixture)
+    backends, skipped = select_backends(_parse_backends(args.backends))
+    for precision in PRECISIONS:
+        fixture.golden(precision)  # validate both golden files before spending time on backends
+    fixture.weights()
+    print(f"parity: fixture {fixture.root} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
+          f"backends: {', '.join(b.name for b in backends) or 'none'}")
+    for line in skipped:
+        print(f"parity: skipped: {line}")
+    report = run_parity(fixture, backends, _precisions(args.precision),
+                        progress=None if args.quiet else _progress)
+    print_report(report, sys.stdout, verbose=args.verbose)
+    if args.json:
+        write_json(report, Path(args.json))
+    return report.exit_code
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    rows = []
+    for name in backend_entry_points():
+        try:
+            backend = load_backend(name)
+        except ParityError as exc:
+            rows.append((name, "-", f"broken: {exc}"))
+            continue
+        missing = backend.missing_dependencies()
+        status = "available" if not missing else f"missing {', '.join(missing)} ({backend.install_hint})"
+        rows.append((name, ",".join(backend.precisions), f"{status}  {backend.description}".rstrip()))
+    width = max(len(r[0]) for r in rows) if rows else 10
+    for name, precisions, status in rows:
+        print(f"{name:<{width}}  {precisions:<9}  {status}")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from harness.export import check_fixture, export_fixture
+
+    if args.check:
+        return check_fixture(Path(args.fixture), progress=_progress)
+    export_fixture(Path(args.fixture), steps=args.steps, seed=args.seed, progress=_progress)
+    return EXIT_OK
+
+
+def cmd_check_backend(args: argparse.Namespace) -> int:
+    from harness.conformance import check_backend
+
+    fixture = load_fixture(args.fixture)
+    backends, _ = select_backends([args.name])
+    results = check_backend(backends[0], fixture)
+    for r in results:
+        print(f"check-backend {args.name}: {'OK  ' if r.passed else 'FAIL'}  {r.name}"
+              f"{'' if r.passed or not r.message else ': ' + r.message}")
+    failed = sum(1 for r in results if not r.passed)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return EXIT_DISAGREE if failed else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parity",
+        description="Prove, tap by tap, that several implementations of one transformer compute the same numbers.",
+        epilog="Exit codes: 0 all agree, 1 a disagreement, 2 bad input, usage or environment.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fixture_help = "fixture directory (default: fixtures/toy)"
+
+    run = sub.add_parser("run", help="run backends on a fixture and compare every tap")
+    run.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    run.add_argument("--backends", help="comma-separated backend names (default: every available backend)")
+    run.add_argument("--precision", choices=["fp32", "fp64", "all"], default="all",
+                     help="which computations to check (default: all)")
+    run.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    run.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    run.set_defaults(func=cmd_run)
+
+    backends = sub.add_parser("backends", help="list registered backends and whether they can run")
+    backends.set_defaults(func=cmd_backends)
+
+    export = sub.add_parser("export", help="retrain the toy and rewrite the fixture, or --check it")
+    export.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    export.add_argument("--check", action="store_true",
+                        help="regenerate into a temporary directory and compare with the committed fixture")
+    export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
+    export.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
+    export.set_defaults(func=cmd_export)
+
+    check = sub.add_parser("check-backend", help="check a backend's contract (taps, shapes, dtypes, bad input)")
+    check.add_argument("name", help="backend name")
+    check.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    check.set_defaults(func=cmd_check_backend)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ParityError as exc:
+        print(f"parity: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("parity: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Compare two tensors, and fold per-case results into per-tap verdicts and first divergences.
+
+The rules (REFERENCE.md section 3):
+- shape and dtype must match exactly; a mismatch fails, with both in the message;
+- NaN on the candidate side fails (NaN in a golden tensor is a broken fixture and fails too);
+- an infinity matches only the same infinity at the same place (masked attention scores);
+- a finite cell passes when |a - b| <= atol + rtol * |b|;
+- reported: max absolute error, max relative error (|a - b| / max(|b|, guard), where the guard is
+  the atol, or the dtype's tiny when atol is 0), the index and both values of the worst cell,
+  and the smallest atol that would have passed with the same rtol ("min_atol").
+Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+OK, FAIL, NOT_SUPPORTED = "ok", "fail", "not_supported"
+
+
+@dataclass
+class TensorComparison:
+    passed: bool
+    max_abs: float = 0.0  # over finite cells
+    max_rel: float = 0.0  # over finite cells, guarded near zero
+    min_atol: float = 0.0  # smallest atol that passes with the same rtol; inf for a structural failure
+    index: list[int] | None = None  # the worst cell (the worst breach, else the largest error)
+    actual: float | None = None  # candidate value there
+    expected: float | None = None  # golden value there
+    n_bad: int = 0  # failing cells
+    message: str = ""  # why it failed, for structural failures (shape, dtype, NaN, infinity)
+
+
+def _cell(x: np.ndarray, index: tuple[int, ...]) -> float:
+    return float(x[index]) if x.ndim else float(x)
+
+
+def compare_tensors(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> TensorComparison:
+    """Compare a candidate tensor with a golden one under the rules above."""
+    if not isinstance(actual, np.ndarray):
+        return TensorComparison(False, math.inf, math.inf, math.inf, message=f"not an array ({type(actual).__name__})")
+    if actual.shape != expected.shape:
+        return TensorComparison(
+            False, math.inf, math.inf, math.inf,
+            message=f"shape {list(actual.shape)} != expected {list(expected.shape)}",
+        )
+    if actual.dtype != expected.dtype:
+        return TensorComparison(
+            False, math.inf, math.inf, math.inf, message=f"dtype {actual.dtype} != expected {expected.dtype}"
+        )
+    if actual.size == 0:
+        return TensorComparison(True)
+    a = actual.astype(np.float64)
+    b = expected.astype(np.float64)
+    for side, x in (("candidate", a), ("golden", b)):
+        nan = np.isnan(x)
+        if nan.any():
+            idx = tuple(int(i) for i in np.argwhere(nan)[0])
+            return TensorComparison(
+                False, math.inf, math.inf, math.inf, list(idx), _cell(a, idx), _cell(b, idx),
+                int(nan.sum()), f"NaN in the {side} at {list(idx)}",
+            )
+    inf_a, inf_b = np.isinf(a), np.isinf(b)
+    inf_mismatch = (inf_a | inf_b) & ~(inf_a & inf_b & (np.sign(a) == np.sign(b)))
+    if inf_mismatch.any():
+        idx = tuple(int(i) for i in np.argwhere(inf_mismatch)[0])
+        return TensorComparison(
+            False, math.inf, math.inf, math.inf, list(idx), _cell(a, idx), _cell(b, idx),
+            int(inf_mismatch.sum()), f"infinity mismatch at {list(idx)}: {_cell(a, idx)} vs {_cell(b, idx)}",
+        )
+    finite = ~inf_b
+    diff = np.abs(np.subtract(a, b, out=np.zeros_like(a), where=finite))  # 0 at matching infinities
+    abs_b = np.abs(np.where(finite, b, 0.0))
+    allowed = atol + rtol * abs_b
+    excess = diff - allowed  # > 0 where a cell breaks tolerance
+    bad = excess > 0
+    guard = atol if atol > 0 else float(np.finfo(expected.dtype).tiny)
+    rel = diff / np.maximum(abs_b, guard)
+    worst = np.unravel_index(int(np.argmax(excess if bad.any() else diff)), diff.shape)
+    idx = tuple(int(i) for i in worst)
+    return TensorComparison(
+        passed=not bad.any(),
+        max_abs=float(diff.max()),
+        max_rel=float(rel.max()),
+        min_atol=float(np.maximum(diff - rtol * abs_b, 0.0).max()),
+        index=list(idx),
+        actual=_cell(a, idx),
+        expected=_cell(b, idx),
+        n_bad=int(bad.sum()),
+    )
+
+
+@dataclass
+class CheckResult:
+    """One backend x precision x golden tier x case x tap."""
+
+    backend: str
+    precision: str  # what the backend computed in: "fp32" or "fp64"
+    golden: str  # which golden file it was compared with: "fp32" or "fp64"
+    case: str
+    tap: str
+    status: str  # "ok", "fail" or "not_supported"
+    passed: bool | None  # None when not supported
+    atol: float
+    rtol: float
+    max_abs: float | None = None
+    max_rel: float | None = None
+    min_atol: float | None = None
+    index: list[int] | None = None
+    actual: float | None = None
+    expected: float | None = None
+    message: str = ""
+
+
+def check_result(
+    backend: str, precision: str, golden: str, case: str, tap: str, cmp: TensorComparison, atol: float, rtol: float
+) -> CheckResult:
+    return CheckResult(
+        backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
+        cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message,
+    )
+
+
+@dataclass
+class TapSummary:
+    """One tap of one backend x precision x golden tier, worst over cases."""
+
+    backend: str
+    precision: str
+    golden: str
+    tap: str
+    status: str
+    passed: bool | None
+    atol: float
+    rtol: float
+    n_cases: int = 0
+    n_failed: int = 0
+    max_abs: float | None = None
+    max_rel: float | None = None
+    min_atol: float | None = None
+    worst_case: str | None = None
+    message: str = ""
+
+
+def summarize_tap(results: list[CheckResult]) -> TapSummary:
+    """Fold the per-case results of one tap (same backend, precision, golden) into its worst case."""
+    first = results[0]
+    summary = TapSummary(first.backend, first.precision, first.golden, first.tap, first.status, first.passed,
+                         first.atol, first.rtol)
+    if first.status == NOT_SUPPORTED:
+        return summary
+    summary.n_cases = len(results)
+    failed = [r for r in results if not r.passed]
+    summary.n_failed = len(failed)
+    summary.passed = not failed
+    summary.status = OK if not failed else FAIL
+    worst = max(results, key=lambda r: (not r.passed, r.max_abs if r.max_abs is not None else math.inf))
+    summary.max_abs = max((r.max_abs for r in results if r.max_abs is not None), default=None)
+    summary.max_rel = max((r.max_rel for r in results if r.max_rel is not None), default=None)
+    summary.min_atol = max((r.min_atol for r in results if r.min_atol is not None), default=None)
+    summary.worst_case = worst.case
+    summary.message = worst.message
+    return summary
+
+
+@dataclass
+class FirstDivergence:
+    """The first tap, in dataflow order, where a backend's tier breaks tolerance, and what precedes it."""
+
+    backend: str
+    precision: str
+    golden: str
+    tap: str
+    case: str  # the case where that tap's error is worst
+    index: list[int] | None
+    actual: float | None
+    expected: float | None
+    max_abs: float | None
+    atol: float
+    message: str
+    upstream_taps: int  # how many taps come before it in dataflow order
+    upstream_max_abs: float  # worst error over every upstream tap and case (0.0 when it is the first tap)
+    by_case: dict[str, str] = field(default_factory=dict)  # case -> its own first diverging tap
+
+
+def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstDivergence | None:
+    """The first diverging tap of one backend x precision x golden tier, or None if all agree."""
+    order = {t: i for i, t in enumerate(tap_order)}
+    failing = [r for r in results if r.status == FAIL]
+    if not failing:
+        return None
+    by_case: dict[str, str] = {}
+    for r in sorted(failing, key=lambda r: order[r.tap]):
+        by_case.setdefault(r.case, r.tap)
+    tap = min((r.tap for r in failing), key=lambda t: order[t])
+    at_tap = [r for r in failing if r.tap == tap]
+    worst = max(at_tap, key=lambda r: r.max_abs if r.max_abs is not None else math.inf)
+    upstream = [r for r in results if r.status != NOT_SUPPORTED and order[r.tap] < order[tap]]
+    upstream_max = max((r.max_abs for r in upstream if r.max_abs is not None), default=0.0)
+    return FirstDivergence(
+        worst.backend, worst.precision, worst.golden, tap, worst.case, worst.index, worst.actual, worst.expected,
+        worst.max_abs, worst.atol, worst.message, len({r.tap for r in upstream}), upstream_max,
+        dict(sorted(by_case.items())),
+    )

@@ -1,0 +1,223 @@
+"""`parity export`: train the toy, write the fixture; `parity export --check`: prove it reproducible.
+
+The fixture is data only: manifest.json, float32 weights, float32 and float64 golden taps
+(safetensors), and the two ONNX graphs. `--check` regenerates everything into a temporary
+directory and compares with what is committed:
+- golden files recomputed from the committed weights must agree bit for bit;
+- retrained weights must agree within RETRAIN_ATOL (see docs/fixtures.md for why not bit for bit
+  across machines);
+- the manifest must be identical apart from the hashes;
+- the committed ONNX graphs must reproduce the golden files (ONNX bytes are not reproducible).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import EXIT_DISAGREE, EXIT_OK, FixtureError
+from harness.fixture import FORMAT_NAME, FORMAT_VERSION, MANIFEST, load_fixture, read_safetensors, sha256_file
+
+FP32_ATOL = 1e-5  # the lesson's gate, see docs/tolerances.md
+FP64_ATOL = 1e-12  # measured float64 round-off budget, see docs/tolerances.md
+RETRAIN_ATOL = 1e-4  # retrained weights vs committed, see docs/fixtures.md
+SEED = 0
+STEPS = 4000
+CASE_SEED = 20261130  # random cases
+
+Progress = Callable[[str], None]
+
+
+def make_cases(vocab_size: int, n_ctx: int, seed: int = SEED) -> list[dict[str, Any]]:
+    """At least 10 cases chosen to find bugs, each with its reason in `kind`."""
+    from reference.grammar import VOCAB, decode
+    from reference.train_tiny import heldout_sentences
+
+    cases: list[dict[str, Any]] = []
+    held = heldout_sentences(400, seed)
+    # Held-out grammar sentences: the shortest, a medium one and the longest, with the start marker.
+    by_len = sorted(held, key=len)
+    for i, sent in enumerate([by_len[0], by_len[len(by_len) // 2], by_len[-1], held[0]]):
+        cases.append({"name": f"grammar_{i}", "kind": "grammar", "tokens": [0, *sent][:n_ctx]})
+    rng = random.Random(CASE_SEED)
+    for i, length in enumerate((7, n_ctx - 3)):
+        cases.append({"name": f"random_{i}", "kind": "random",
+                      "tokens": [rng.randrange(vocab_size) for _ in range(length)]})
+    cases.append({"name": "single_token", "kind": "single", "tokens": [VOCAB.index("the")]})
+    stream: list[int] = [0]
+    for sent in held:
+        stream += sent
+        if len(stream) >= n_ctx:
+            break
+    cases.append({"name": "longest_context", "kind": "longest", "tokens": stream[:n_ctx]})
+    cases.append({"name": "repeated_token", "kind": "repeated", "tokens": [VOCAB.index("cat")] * 10})
+    cases.append({"name": "all_words", "kind": "all_words", "tokens": list(range(vocab_size))})
+    cases.append({"name": "all_words_reversed", "kind": "all_words", "tokens": list(range(vocab_size))[::-1]})
+    cases.append({"name": "end_markers", "kind": "repeated", "tokens": [0] * 5})
+    for c in cases:
+        c["text"] = decode(c["tokens"])
+    return cases
+
+
+def golden_taps(weights: dict[str, np.ndarray], config: Any, cases: list[dict[str, Any]], dtype_name: str
+                ) -> dict[str, np.ndarray]:
+    """Every tap of every case from the reference model, keyed "{case}/{tap}"."""
+    import torch
+
+    from reference.model import run_with_taps
+
+    torch.set_num_threads(1)
+    dtype = torch.float32 if dtype_name == "fp32" else torch.float64
+    params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in weights.items()}
+    out: dict[str, np.ndarray] = {}
+    for case in cases:
+        for tap, t in run_with_taps(params, config, case["tokens"]).items():
+            out[f"{case['name']}/{tap}"] = np.ascontiguousarray(t.numpy())  # safetensors needs C order
+    return out
+
+
+def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: int, with_onnx: bool,
+                  progress: Progress) -> None:
+    """Write a complete fixture for `weights` (float32, HF names) into `root`."""
+    import torch
+    from safetensors.numpy import save_file
+
+    from reference.config import TOY
+    from reference.grammar import VOCAB
+    from reference.taps import tap_names, tap_shape_template
+
+    config = TOY
+    root.mkdir(parents=True, exist_ok=True)
+    cases = make_cases(config.vocab_size, config.n_ctx, seed)
+    save_file(weights, str(root / "weights.safetensors"))
+    for precision in ("fp32", "fp64"):
+        progress(f"parity export: golden {precision} taps for {len(cases)} cases")
+        save_file(golden_taps(weights, config, cases, precision), str(root / f"golden.{precision}.safetensors"))
+    files: dict[str, Any] = {
+        "weights": "weights.safetensors",
+        "golden": {"fp32": "golden.fp32.safetensors", "fp64": "golden.fp64.safetensors"},
+    }
+    if with_onnx:
+        from harness.onnx_export import export_onnx
+
+        files["onnx"] = {"all_taps": "model.onnx", "logits": "model.logits.onnx"}
+        for kind, name in files["onnx"].items():
+            progress(f"parity export: ONNX graph {name}")
+            export_onnx(weights, config, root / name, kind)
+    names = [files["weights"], *files["golden"].values(), *files.get("onnx", {}).values()]
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "config": config.to_dict(),
+        "vocab": list(VOCAB),
+        "cases": cases,
+        "taps": [{"name": t, "shape": tap_shape_template(config, t)} for t in tap_names(config.n_layer)],
+        "tolerances": {
+            "fp32": {"atol": FP32_ATOL, "rtol": 0.0, "overrides": {}},
+            "fp64": {"atol": FP64_ATOL, "rtol": 0.0, "overrides": {}},
+        },
+        "files": files,
+        "sha256": {name: sha256_file(root / name) for name in names},
+        "provenance": {
+            "torch": torch.__version__.split("+")[0],
+            "seed": seed,
+            "steps": steps,
+            "command": "parity export",
+            "weights": "reference.train_tiny.train(TOY, seed, steps); golden: reference.model.run_with_taps",
+        },
+    }
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+
+
+def train_weights(seed: int, steps: int, progress: Progress) -> dict[str, np.ndarray]:
+    from reference.config import TOY
+    from reference.train_tiny import train
+
+    progress(f"parity export: training the toy for {steps} steps (seed {seed})")
+    model = train(TOY, seed=seed, steps=steps, progress=True)
+    return {k: v.detach().to("cpu").float().numpy().copy() for k, v in model.params().items()}
+
+
+def export_fixture(root: Path, steps: int = STEPS, seed: int = SEED, progress: Progress = print) -> None:
+    """Retrain and rewrite the fixture at `root` (atomically: written beside it, then swapped in)."""
+    start = time.perf_counter()
+    weights = train_weights(seed, steps, progress)
+    with tempfile.TemporaryDirectory(dir=root.parent if root.parent.exists() else None) as tmp:
+        staging = Path(tmp) / "fixture"
+        write_fixture(staging, weights, seed, steps, with_onnx=True, progress=progress)
+        load_fixture(staging)  # validate what was written before replacing anything
+        if root.exists():
+            shutil.rmtree(root)
+        shutil.copytree(staging, root)
+    progress(f"parity export: wrote {root} in {time.perf_counter() - start:.1f} s")
+
+
+def _manifest_without_hashes(path: Path) -> dict[str, Any]:
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest.pop("sha256", None)
+    return manifest  # type: ignore[no-any-return]
+
+
+def check_fixture(root: Path, progress: Progress = print) -> int:
+    """Regenerate into a temporary directory and compare with the committed fixture at `root`."""
+    fixture = load_fixture(root)
+    committed_weights = fixture.weights()
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        regen = Path(tmp)
+        # 1. golden files from the committed weights: bit for bit.
+        seed = int(fixture.manifest["provenance"]["seed"])
+        steps = int(fixture.manifest["provenance"]["steps"])
+        write_fixture(regen, committed_weights, seed, steps, with_onnx=False, progress=progress)
+        for precision in ("fp32", "fp64"):
+            ours = read_safetensors(regen / f"golden.{precision}.safetensors")
+            theirs = read_safetensors(fixture.golden_path(precision))
+            if set(ours) != set(theirs):
+                problems.append(f"golden {precision}: keys differ ({len(set(ours) ^ set(theirs))} keys)")
+                continue
+            differ = [k for k in ours if not np.array_equal(ours[k], theirs[k], equal_nan=True)]
+            status = "bit-identical" if not differ else f"{len(differ)} tensors differ, e.g. {differ[0]!r}"
+            progress(f"parity export --check: golden {precision} recomputed from the committed weights: {status}")
+            if differ:
+                problems.append(f"golden {precision}: {status}")
+        # 2. the manifest, apart from hashes (and the ONNX entries, which this regeneration skips).
+        ours_m, theirs_m = _manifest_without_hashes(regen / MANIFEST), _manifest_without_hashes(fixture.manifest_path)
+        theirs_m["files"].pop("onnx", None)
+        if ours_m != theirs_m:
+            keys = sorted(k for k in set(ours_m) | set(theirs_m) if ours_m.get(k) != theirs_m.get(k))
+            problems.append(f"manifest differs apart from hashes in: {', '.join(keys)}")
+        else:
+            progress("parity export --check: manifest identical apart from hashes")
+        # 3. retrained weights: within RETRAIN_ATOL.
+        retrained = train_weights(seed, steps, progress)
+        worst = max(float(np.abs(retrained[k] - committed_weights[k]).max()) for k in committed_weights)
+        verdict = "bit-identical" if worst == 0.0 else f"max |diff| {worst:.2e}"
+        progress(f"parity export --check: retrained weights vs committed: {verdict} (atol {RETRAIN_ATOL:g})")
+        if worst > RETRAIN_ATOL:
+            problems.append(f"retrained weights differ by {worst:.2e} > {RETRAIN_ATOL:g}")
+    # 4. the committed ONNX graphs against the golden files.
+    if fixture.onnx_path("all_taps") is not None:
+        from harness.onnx_export import check_onnx_against_golden
+
+        for line in check_onnx_against_golden(fixture):
+            progress(f"parity export --check: {line}")
+    else:
+        problems.append("the fixture lists no ONNX graphs; run `parity export`")
+    for p in problems:
+        print(f"parity export --check: FAIL: {p}")
+    if problems:
+        print("parity export --check: the committed fixture is stale; regenerate it with `nox -s fixtures`")
+        return EXIT_DISAGREE
+    print("parity export --check: OK, the committed fixture is reproducible")
+    return EXIT_OK
+
+
+__all__ = ["FixtureError", "check_fixture", "export_fixture", "make_cases", "write_fixture"]

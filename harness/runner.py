@@ -1,0 +1,179 @@
+"""Run backends on a fixture and compare every tap in every tier they compute in.
+
+Tiers: a backend's float32 results are compared with the float32 golden at the fp32 tolerance;
+its float64 results with the float64 golden at the fp64 tolerance and, at the fp32 tolerance,
+with the float32 golden too (the golden is upcast to float64 for that comparison).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
+from harness.compare import (
+    NOT_SUPPORTED,
+    CheckResult,
+    FirstDivergence,
+    TapSummary,
+    check_result,
+    compare_tensors,
+    first_divergence,
+    summarize_tap,
+)
+from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendFailed, ParityError
+from harness.fixture import Fixture
+
+
+def tiers_for(precision: Precision) -> list[Precision]:
+    """The golden files a result of `precision` is compared with, in report order."""
+    return ["fp32"] if precision == "fp32" else ["fp64", "fp32"]
+
+
+@dataclass
+class BackendRun:
+    backend: str
+    precision: str
+    seconds: float
+    status: str  # "ran", "not_supported", "unavailable" or "error"
+    message: str = ""
+
+
+@dataclass
+class Report:
+    fixture: str
+    results: list[CheckResult] = field(default_factory=list)
+    summaries: list[TapSummary] = field(default_factory=list)
+    divergences: list[FirstDivergence] = field(default_factory=list)
+    runs: list[BackendRun] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[BackendRun]:
+        return [r for r in self.runs if r.status == "error"]
+
+    @property
+    def n_failed(self) -> int:
+        return sum(1 for r in self.results if r.passed is False)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(1 for r in self.results if r.passed is True)
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors and self.n_failed == 0 and self.n_passed > 0
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors or self.n_passed + self.n_failed == 0:
+            return EXIT_BAD_INPUT  # a crashed backend, or nothing compared at all: never a silent pass
+        return EXIT_DISAGREE if self.n_failed else EXIT_OK
+
+
+def validate_output(backend: Backend, fixture: Fixture, output: object) -> BackendOutput:
+    """Check the structure of a backend's output (not its numbers); BackendFailed if unusable."""
+    if not isinstance(output, dict):
+        raise BackendFailed(f"backend {backend.name!r} returned {type(output).__name__}, expected a dict by case")
+    missing = [c.name for c in fixture.cases if c.name not in output]
+    if missing:
+        raise BackendFailed(f"backend {backend.name!r} returned no result for case {missing[0]!r}")
+    for case, taps in output.items():
+        if not isinstance(taps, dict):
+            raise BackendFailed(f"backend {backend.name!r}, case {case!r}: expected a dict by tap")
+    return output
+
+
+def compare_output(
+    backend: Backend, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
+) -> list[CheckResult]:
+    """Every case x tap x tier of one backend run, in dataflow order."""
+    results: list[CheckResult] = []
+    for golden_tier in tiers_for(precision):
+        golden = fixture.golden(golden_tier)
+        tolerances = fixture.tolerances[golden_tier]
+        for case in fixture.cases:
+            for tap in fixture.tap_names:
+                tol = tolerances.for_tap(tap)
+                if tap not in supported:
+                    results.append(CheckResult(backend.name, precision, golden_tier, case.name, tap,
+                                               NOT_SUPPORTED, None, tol.atol, tol.rtol))
+                    continue
+                expected = golden[case.name][tap]
+                actual = output[case.name].get(tap)
+                if actual is None:
+                    results.append(CheckResult(
+                        backend.name, precision, golden_tier, case.name, tap, "fail", False, tol.atol, tol.rtol,
+                        message="missing: the backend declares this tap but did not return it",
+                    ))
+                    continue
+                if golden_tier != precision:  # float64 result against the float32 golden, in float64
+                    expected = expected.astype(np.float64)
+                cmp = compare_tensors(np.asarray(actual), expected, tol.atol, tol.rtol)
+                results.append(check_result(backend.name, precision, golden_tier, case.name, tap, cmp,
+                                            tol.atol, tol.rtol))
+    return results
+
+
+def summarize(results: list[CheckResult], tap_order: list[str]) -> tuple[list[TapSummary], list[FirstDivergence]]:
+    """Per-tap summaries (worst over cases) and first divergences, per backend x precision x golden."""
+    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
+    for r in results:
+        groups.setdefault((r.backend, r.precision, r.golden), []).append(r)
+    summaries: list[TapSummary] = []
+    divergences: list[FirstDivergence] = []
+    for group in groups.values():
+        for tap in tap_order:
+            at_tap = [r for r in group if r.tap == tap]
+            if at_tap:
+                summaries.append(summarize_tap(at_tap))
+        div = first_divergence(group, tap_order)
+        if div is not None:
+            divergences.append(div)
+    return summaries, divergences
+
+
+Progress = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_parity(
+    fixture: Fixture,
+    backends: list[Backend],
+    precisions: list[Precision] | None = None,
+    progress: Progress | None = _stderr,
+) -> Report:
+    """Run every backend in every requested precision it supports, and compare."""
+    wanted = precisions or list(PRECISIONS)
+    report = Report(str(fixture.root))
+    say = progress or (lambda _msg: None)
+    for backend in backends:
+        for precision in wanted:
+            if precision not in backend.precisions:
+                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED,
+                                              f"computes in {', '.join(backend.precisions)} only"))
+                continue
+            say(f"parity: running {backend.name} ({precision}) ...")
+            start = time.perf_counter()
+            try:
+                supported = backend.supported_taps(fixture)
+                output = validate_output(backend, fixture, backend.run(fixture, precision))
+            except ParityError as exc:
+                report.runs.append(BackendRun(backend.name, precision, time.perf_counter() - start, "error",
+                                              str(exc)))
+                continue
+            except Exception as exc:  # a backend's own bug: report it as that backend's failure
+                report.runs.append(BackendRun(backend.name, precision, time.perf_counter() - start, "error",
+                                              f"backend {backend.name!r} crashed: {type(exc).__name__}: {exc}"))
+                continue
+            seconds = time.perf_counter() - start
+            report.runs.append(BackendRun(backend.name, precision, seconds, "ran"))
+            report.results += compare_output(backend, fixture, precision, output, supported)
+    report.summaries, report.divergences = summarize(report.results, fixture.tap_names)
+    return report
