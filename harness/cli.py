@@ -65,6 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"backends: {', '.join(b.name for b in backends) or 'none'}")
     for line in skipped:
         print(f"parity: skipped: {line}")
+    if skipped and args.no_skip:
+        raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = run_parity(fixture, backends, _precisions(args.precision),
                         progress=None if args.quiet else _progress)
     print_report(report, sys.stdout, verbose=args.verbose)
@@ -132,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", choices=["fp32", "fp64", "all"], default="all",
                      help="which computations to check (default: all)")
     run.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    run.add_argument("--no-skip", action="store_true",
+                     help="exit 2 if any registered backend cannot run (default: skip it and say so)")
     run.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     run.set_defaults(func=cmd_run)

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reference.config import GPTConfig, param_shapes
@@ -69,7 +68,7 @@ def attention(
     """Multi-head self-attention on LN1's output; returns c_proj(z) with its bias."""
     T, d, H, dh = x.shape[-2], config.d_model, config.n_head, config.d_head
     qkv = x @ params[prefix + "c_attn.weight"] + params[prefix + "c_attn.bias"]  # (T, 3d), Conv1D: x @ W
-    q, k, v = qkv.split(d, dim=-1)  # 3 x (T, d)
+    q, k, v = torch.split(qkv, d, dim=-1)  # 3 x (T, d)
     q = q.reshape(*q.shape[:-1], H, dh)  # (T, H, dh)
     k = k.reshape(*k.shape[:-1], H, dh)  # (T, H, dh)
     v = v.reshape(*v.shape[:-1], H, dh)  # (T, H, dh)
@@ -87,7 +86,8 @@ def attention(
     z = (pattern @ vh).transpose(-3, -2)  # (T, H, dh)
     _record(taps, f"{name}.hook_z", z)
     z_flat = z.reshape(*z.shape[:-2], d)  # (T, d): heads side by side
-    return z_flat @ params[prefix + "c_proj.weight"] + params[prefix + "c_proj.bias"]  # (T, d)
+    out: Tensor = z_flat @ params[prefix + "c_proj.weight"] + params[prefix + "c_proj.bias"]  # (T, d)
+    return out
 
 
 def mlp(x: Tensor, params: Mapping[str, Tensor], prefix: str, taps: Taps | None, name: str) -> Tensor:
@@ -130,7 +130,7 @@ def forward(params: Mapping[str, Tensor], config: GPTConfig, tokens: Tensor, tap
     The dtype of the computation is the dtype of the parameters.
     """
     T = tokens.shape[-1]
-    if T > config.n_ctx:
+    if config.n_ctx < T:
         raise ValueError(f"sequence of {T} tokens is longer than the context ({config.n_ctx})")
     wte = params["wte.weight"]  # (V, d)
     embed = wte[tokens]  # (T, d)
@@ -260,9 +260,9 @@ def load_weights(path: str | Path, config: GPTConfig, dtype: torch.dtype = torch
     except (SafetensorError, OSError, ValueError) as exc:
         raise WeightsError(f"{path}: not a readable safetensors file ({exc})") from None
     tensors = {k.removeprefix("transformer."): v for k, v in raw.items()}
-    if "lm_head.weight" in tensors and "wte.weight" in tensors:
-        if torch.equal(tensors["lm_head.weight"], tensors["wte.weight"]):
-            del tensors["lm_head.weight"]
+    lm_head, wte = tensors.get("lm_head.weight"), tensors.get("wte.weight")
+    if lm_head is not None and wte is not None and torch.equal(lm_head, wte):
+        del tensors["lm_head.weight"]
     expected = param_shapes(config)
     for name, shape in expected.items():
         if name not in tensors:

@@ -1,0 +1,45 @@
+"""nox sessions: `parity` (the check), `tests` (the suite), `lint`, `fixtures`, `selftest`.
+
+Dependencies are declared once, in pyproject.toml's extras; sessions install the project from it.
+nox's virtualenv backend is used on purpose: uv would download a multi-GB CUDA build of torch,
+while pip takes the pinned CPU build (torch==2.13.0).
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.sessions = ["parity", "tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session
+def parity(session: nox.Session) -> None:
+    """Run every built-in backend on fixtures/toy and compare every tap; args after -- go to `parity run`."""
+    session.install("-e", ".[all]")
+    session.run("parity", "run", "--no-skip", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the whole test suite, a full parity run over every built-in backend included; args go to pytest."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs, env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy on the Python, tsc on the TypeScript."""
+    session.install("-e", ".[lint]")
+    session.run("ruff", "check", ".")
+    session.run("mypy")
+    session.run("npm", "ci", "--no-audit", "--no-fund", external=False)
+    session.run("npx", "--no-install", "tsc", "-p", "tsconfig.json")
+
+
+@nox.session(default=False)
+def fixtures(session: nox.Session) -> None:
+    """Retrain the toy and rewrite fixtures/toy (`parity export`); args go to `parity export`."""
+    session.install("-e", ".[all]")
+    session.run("parity", "export", *session.posargs)

@@ -1,0 +1,1 @@
+"""parity's test suite."""

@@ -1,0 +1,55 @@
+"""Shared pytest fixtures: the committed toy fixture, writable copies of it, and a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.fixture import MANIFEST, sha256_file
+
+REPO = Path(__file__).resolve().parent.parent
+TOY = REPO / "fixtures" / "toy"
+
+
+@pytest.fixture(scope="session")
+def toy_dir() -> Path:
+    """The committed fixture (read-only: copy it before changing anything)."""
+    assert (TOY / MANIFEST).is_file(), "fixtures/toy is missing: run `nox -s fixtures`"
+    return TOY
+
+
+@pytest.fixture
+def fixture_copy(tmp_path: Path, toy_dir: Path) -> Path:
+    """A writable copy of the toy fixture."""
+    dst = tmp_path / "toy"
+    shutil.copytree(toy_dir, dst)
+    return dst
+
+
+def rehash(root: Path) -> None:
+    """Rewrite the manifest's sha256 table after a test changed a file on purpose."""
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["sha256"] = {name: sha256_file(root / name) for name in manifest["sha256"]}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+def edit_manifest(root: Path, change: Callable[[dict], None], rehash_files: bool = False) -> None:  # type: ignore[type-arg]
+    manifest = json.loads((root / MANIFEST).read_text())
+    change(manifest)
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    if rehash_files:
+        rehash(root)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m harness ARGS` in a subprocess, as a user would run it."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=REPO)

@@ -1,0 +1,153 @@
+"""The `parity` command as users run it: exit codes, one-line errors, the report and its JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from tests.conftest import edit_manifest, rehash, run_cli
+
+
+def assert_one_line_error(proc: object, *needles: str) -> None:
+    """Exit 2, a single `parity: error:` line on stderr naming the problem, and no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])  # type: ignore[attr-defined]
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("parity: running")]  # type: ignore[attr-defined]
+    assert len(lines) == 1, proc.stderr  # type: ignore[attr-defined]
+    assert lines[0].startswith("parity: error: ") and "Traceback" not in proc.stderr  # type: ignore[attr-defined]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_pytorch_backend_agrees_and_writes_the_documented_json(toy_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--fixture", str(toy_dir), "--backends", "pytorch", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS" in proc.stdout.splitlines()[-1]
+    report = json.loads(out.read_text())
+    assert report["schema"] == "parity-report" and report["schema_version"] == 1
+    assert report["passed"] is True and report["exit_code"] == 0 and report["first_divergence"] == {}
+    manifest = json.loads((toy_dir / "manifest.json").read_text())
+    n_cases, n_taps = len(manifest["cases"]), len(manifest["taps"])
+    # fp32 vs fp32, fp64 vs fp64 and fp64 vs fp32: three tiers, every case and tap.
+    assert len(report["results"]) == 3 * n_cases * n_taps
+    keys = {"backend", "precision", "golden", "case", "tap", "status", "passed", "max_abs", "max_rel",
+            "min_atol", "atol", "rtol", "index", "actual", "expected", "message"}
+    for row in report["results"]:
+        assert keys <= set(row) and row["backend"] == "pytorch" and row["status"] == "ok"
+    tiers = {(r["precision"], r["golden"], r["atol"]) for r in report["results"]}
+    fp64_atol = manifest["tolerances"]["fp64"]["atol"]
+    assert tiers == {("fp32", "fp32", 1e-5), ("fp64", "fp64", fp64_atol), ("fp64", "fp32", 1e-5)}
+    assert len(report["taps"]) == 3 * n_taps
+    assert {r["status"] for r in report["runs"]} == {"ran"}
+    # One line per backend x precision x tap in the terminal table.
+    table = [ln for ln in proc.stdout.splitlines() if ln.startswith("pytorch ") and " vs " in ln]
+    assert len(table) == 3 * n_taps
+
+
+def perturb_weight(root: Path, name: str, index: tuple[int, ...], delta: float) -> None:
+    path = root / "weights.safetensors"
+    tensors = load_file(str(path))
+    tensors[name] = tensors[name].copy()
+    tensors[name][index] += np.float32(delta)
+    save_file(tensors, str(path))
+    rehash(root)
+
+
+@pytest.mark.parametrize(
+    ("weight", "first_tap"),
+    [("h.1.mlp.c_fc.weight", "blocks.1.mlp.hook_pre"), ("h.0.attn.c_attn.weight", "blocks.0.attn.hook_q")],
+)
+def test_a_perturbed_weight_exits_1_and_names_the_first_diverging_tap(
+    fixture_copy: Path, tmp_path: Path, weight: str, first_tap: str
+) -> None:
+    perturb_weight(fixture_copy, weight, (0, 0), 1e-3)
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--fixture", str(fixture_copy), "--backends", "pytorch", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"first divergence at {first_tap}," in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("FAIL")
+    report = json.loads(out.read_text())
+    assert report["passed"] is False and report["exit_code"] == 1
+    divs = report["first_divergence"]["pytorch"]
+    assert {d["tap"] for d in divs} == {first_tap} and len(divs) == 3
+    assert all(d["upstream_max_abs"] <= 1e-5 for d in divs if d["golden"] == d["precision"])
+
+
+def test_truncated_weights_exit_2_naming_the_file(fixture_copy: Path) -> None:
+    path = fixture_copy / "weights.safetensors"
+    path.write_bytes(path.read_bytes()[:100])
+    rehash(fixture_copy)
+    assert_one_line_error(run_cli("run", "--fixture", str(fixture_copy), "--backends", "pytorch"),
+                          "weights.safetensors", "not a readable safetensors file")
+
+
+def test_truncated_golden_exit_2_naming_the_file(fixture_copy: Path) -> None:
+    path = fixture_copy / "golden.fp64.safetensors"
+    path.write_bytes(path.read_bytes()[:-10])
+    rehash(fixture_copy)
+    assert_one_line_error(run_cli("run", "--fixture", str(fixture_copy), "--backends", "pytorch"),
+                          "golden.fp64.safetensors")
+
+
+def test_wrong_hash_exits_2(fixture_copy: Path) -> None:
+    path = fixture_copy / "golden.fp32.safetensors"
+    path.write_bytes(path.read_bytes() + b" ")
+    assert_one_line_error(run_cli("run", "--fixture", str(fixture_copy), "--backends", "pytorch"),
+                          "golden.fp32.safetensors", "sha256 mismatch")
+
+
+def test_manifest_that_is_not_json_exits_2(fixture_copy: Path) -> None:
+    (fixture_copy / "manifest.json").write_text("{not json")
+    assert_one_line_error(run_cli("run", "--fixture", str(fixture_copy)), "manifest.json", "not valid JSON")
+
+
+def test_golden_missing_a_tap_exits_2(fixture_copy: Path) -> None:
+    path = fixture_copy / "golden.fp32.safetensors"
+    tensors = load_file(str(path))
+    key = next(k for k in tensors if k.endswith("/blocks.1.hook_mlp_out"))
+    del tensors[key]
+    save_file(tensors, str(path))
+    rehash(fixture_copy)
+    assert_one_line_error(run_cli("run", "--fixture", str(fixture_copy), "--backends", "pytorch"),
+                          "golden.fp32.safetensors", "missing golden tensor", key)
+
+
+def test_unknown_backend_exits_2(toy_dir: Path) -> None:
+    assert_one_line_error(run_cli("run", "--fixture", str(toy_dir), "--backends", "pytorch,nope"),
+                          "unknown backend 'nope'", "pytorch")
+
+
+def test_unknown_format_version_exits_2(fixture_copy: Path) -> None:
+    edit_manifest(fixture_copy, lambda m: m.update(format_version=99))
+    assert_one_line_error(run_cli("run", "--fixture", str(fixture_copy)), "unknown fixture format version 99")
+
+
+def test_missing_fixture_directory_exits_2(tmp_path: Path) -> None:
+    assert_one_line_error(run_cli("run", "--fixture", str(tmp_path / "nowhere")), "nowhere", "not found")
+
+
+def test_usage_errors_exit_2(toy_dir: Path) -> None:
+    proc = run_cli("run", "--precision", "fp16")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr and "Traceback" not in proc.stderr
+    assert run_cli().returncode == 2
+
+
+def test_backends_lists_every_builtin_backend() -> None:
+    proc = run_cli("backends")
+    assert proc.returncode == 0
+    names = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+    assert {"pytorch", "numpy", "onnxruntime", "onnxruntime-optimized", "onnx-reference", "typescript"} <= names
+    assert "fp32,fp64" in next(ln for ln in proc.stdout.splitlines() if ln.startswith("pytorch "))
+
+
+def test_precision_filter_reports_fp32_only_backends_as_not_supported(toy_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--fixture", str(toy_dir), "--backends", "pytorch", "--precision", "fp32",
+                   "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert {(r["precision"], r["golden"]) for r in report["results"]} == {("fp32", "fp32")}
