@@ -1,0 +1,449 @@
+// The reference GPT-2-style transformer in TypeScript, float64 throughout (JavaScript numbers).
+//
+// A function-by-function mirror of reference/model.py, in the same order and under the same names
+// in camelCase:
+//
+//     sinusoidalPositions, layerNorm, gelu, attention, mlp, block, unembed, forward, runWithTaps
+//
+// Parameters are read under their Hugging Face GPT-2 names, float32 in the weights file and
+// upcast to float64 here (`loadParams`). Every activation ("tap") of REFERENCE.md section 2 is
+// recorded under its TransformerLens name, one sequence of T tokens, no batch axis. Tensors are
+// row-major Float64Arrays with a shape; the comment on each line gives the shape.
+//
+// No runtime dependencies: erf comes from ./erf.ts (fdlibm), everything else is Math.
+
+import { erf } from "./erf.ts";
+
+// -- configuration, parameter table, tap names (reference/config.py, reference/taps.py) ------------
+
+/** The model's sizes. The field names are the keys of the manifest's `config` (GPTConfig's fields). */
+export interface GPTConfig {
+  readonly vocab_size: number; // V: words in the vocabulary
+  readonly n_ctx: number; // longest sequence the model reads (and rows of `wpe` when learned)
+  readonly d_model: number; // d: width of the residual stream
+  readonly n_layer: number; // L: number of transformer blocks
+  readonly n_head: number; // H: attention heads per block; d_head = d_model / n_head
+  readonly d_mlp: number; // width of the MLP's hidden layer, 4 * d_model in GPT-2
+  readonly positions: "sinusoidal" | "learned"; // 2017 sinusoids (no parameters) or GPT-2's wpe
+  readonly ln_eps: number; // LayerNorm epsilon, added to the biased variance
+  readonly causal: boolean; // causal mask; false only for the lesson's unmasked experiment
+}
+
+const CONFIG_INTS = ["vocab_size", "n_ctx", "d_model", "n_layer", "n_head", "d_mlp"] as const;
+const CONFIG_KEYS = [...CONFIG_INTS, "positions", "ln_eps", "causal"] as const;
+
+/** Build a config from a manifest's `config` object; unknown, missing or invalid keys throw. */
+export function parseConfig(raw: unknown): GPTConfig {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new Error("config must be an object");
+  }
+  const data = raw as Record<string, unknown>;
+  const unknown = Object.keys(data).filter((k) => !(CONFIG_KEYS as readonly string[]).includes(k));
+  if (unknown.length > 0) throw new Error(`unknown config keys: ${unknown.sort().join(", ")}`);
+  const missing = CONFIG_KEYS.filter((k) => !(k in data));
+  if (missing.length > 0) throw new Error(`missing config keys: ${[...missing].sort().join(", ")}`);
+  for (const name of CONFIG_INTS) {
+    const v = data[name];
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 1) {
+      throw new Error(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
+    }
+  }
+  const config = data as unknown as GPTConfig;
+  if (config.positions !== "sinusoidal" && config.positions !== "learned") {
+    throw new Error(`positions must be 'sinusoidal' or 'learned', got ${JSON.stringify(config.positions)}`);
+  }
+  if (typeof config.ln_eps !== "number" || !(config.ln_eps >= 0)) {
+    throw new Error(`ln_eps must be a non-negative number, got ${JSON.stringify(config.ln_eps)}`);
+  }
+  if (typeof config.causal !== "boolean") {
+    throw new Error(`causal must be true or false, got ${JSON.stringify(config.causal)}`);
+  }
+  if (config.d_model % config.n_head !== 0) {
+    throw new Error(`d_model=${config.d_model} is not divisible by n_head=${config.n_head}`);
+  }
+  if (config.positions === "sinusoidal" && config.d_model % 2 !== 0) {
+    throw new Error(`sinusoidal positions need an even d_model, got ${config.d_model}`);
+  }
+  return config;
+}
+
+export function dHead(config: GPTConfig): number {
+  return config.d_model / config.n_head;
+}
+
+/** Every parameter under its Hugging Face GPT-2 name with its shape, in dataflow order.
+ *  Conv1D weights (c_attn, c_proj, c_fc) are stored [in, out] and used as x @ W + b: the
+ *  transpose of nn.Linear's [out, in]. */
+export function paramShapes(config: GPTConfig): Map<string, number[]> {
+  const d = config.d_model;
+  const f = config.d_mlp;
+  const shapes = new Map<string, number[]>([["wte.weight", [config.vocab_size, d]]]);
+  if (config.positions === "learned") shapes.set("wpe.weight", [config.n_ctx, d]);
+  for (let i = 0; i < config.n_layer; i++) {
+    const p = `h.${i}.`;
+    shapes.set(p + "ln_1.weight", [d]);
+    shapes.set(p + "ln_1.bias", [d]);
+    shapes.set(p + "attn.c_attn.weight", [d, 3 * d]);
+    shapes.set(p + "attn.c_attn.bias", [3 * d]);
+    shapes.set(p + "attn.c_proj.weight", [d, d]);
+    shapes.set(p + "attn.c_proj.bias", [d]);
+    shapes.set(p + "ln_2.weight", [d]);
+    shapes.set(p + "ln_2.bias", [d]);
+    shapes.set(p + "mlp.c_fc.weight", [d, f]);
+    shapes.set(p + "mlp.c_fc.bias", [f]);
+    shapes.set(p + "mlp.c_proj.weight", [f, d]);
+    shapes.set(p + "mlp.c_proj.bias", [d]);
+  }
+  shapes.set("ln_f.weight", [d]);
+  shapes.set("ln_f.bias", [d]);
+  return shapes;
+}
+
+/** Per-block taps in dataflow order, relative to "blocks.{i}." (reference/taps.py BLOCK_TAPS). */
+export const BLOCK_TAPS = [
+  "hook_resid_pre",
+  "ln1.hook_scale",
+  "ln1.hook_normalized",
+  "attn.hook_q",
+  "attn.hook_k",
+  "attn.hook_v",
+  "attn.hook_attn_scores",
+  "attn.hook_pattern",
+  "attn.hook_z",
+  "hook_attn_out",
+  "hook_resid_mid",
+  "ln2.hook_scale",
+  "ln2.hook_normalized",
+  "mlp.hook_pre",
+  "mlp.hook_post",
+  "hook_mlp_out",
+  "hook_resid_post",
+] as const;
+
+/** Every tap name for a model of `nLayer` blocks, in dataflow order. */
+export function tapNames(nLayer: number): string[] {
+  const names = ["hook_embed", "hook_pos_embed"];
+  for (let i = 0; i < nLayer; i++) names.push(...BLOCK_TAPS.map((t) => `blocks.${i}.${t}`));
+  names.push("ln_final.hook_scale", "ln_final.hook_normalized", "logits", "probs");
+  for (let k = 0; k <= nLayer; k++) names.push(`logit_lens.${k}`);
+  return names;
+}
+
+// -- tensors, and the few torch operations the forward pass uses --------------------------------
+
+/** A row-major float64 array with its shape. */
+export interface Tensor {
+  readonly shape: readonly number[];
+  readonly data: Float64Array;
+}
+
+export type Params = ReadonlyMap<string, Tensor>;
+export type Taps = Map<string, Tensor>;
+
+function zeros(...shape: number[]): Tensor {
+  return { shape, data: new Float64Array(shape.reduce((a, b) => a * b, 1)) };
+}
+
+function record(taps: Taps | null, name: string, value: Tensor): void {
+  if (taps !== null) taps.set(name, value);
+}
+
+function param(params: Params, name: string): Tensor {
+  const p = params.get(name);
+  if (p === undefined) throw new Error(`missing parameter ${name}`);
+  return p;
+}
+
+/** x (T, n) @ w (n, m) + b (m): GPT-2's Conv1D. Sums over n in order, then adds the bias. */
+function linear(x: Tensor, w: Tensor, b: Tensor | null): Tensor {
+  const [T, n] = x.shape as [number, number];
+  const m = w.shape[1]!;
+  const out = zeros(T, m); // (T, m)
+  const xd = x.data;
+  const wd = w.data;
+  const od = out.data;
+  for (let t = 0; t < T; t++) {
+    const row = t * m;
+    for (let k = 0; k < n; k++) {
+      const xk = xd[t * n + k];
+      const wrow = k * m;
+      for (let j = 0; j < m; j++) od[row + j] += xk * wd[wrow + j];
+    }
+    if (b !== null) for (let j = 0; j < m; j++) od[row + j] += b.data[j];
+  }
+  return out;
+}
+
+/** x (T, n) @ w^T for w (m, n): the tied unembedding against the token table. */
+function linearTransposed(x: Tensor, w: Tensor): Tensor {
+  const [T, n] = x.shape as [number, number];
+  const m = w.shape[0]!;
+  const out = zeros(T, m); // (T, m)
+  for (let t = 0; t < T; t++) {
+    for (let j = 0; j < m; j++) {
+      let acc = 0;
+      for (let k = 0; k < n; k++) acc += x.data[t * n + k] * w.data[j * n + k];
+      out.data[t * m + j] = acc;
+    }
+  }
+  return out;
+}
+
+/** Softmax over the last axis, as torch.softmax: exp(x - max) / sum. -inf cells give 0. */
+function softmax(x: Tensor): Tensor {
+  const n = x.shape[x.shape.length - 1]!;
+  const out: Tensor = { shape: x.shape, data: new Float64Array(x.data.length) }; // same shape as x
+  for (let row = 0; row < x.data.length; row += n) {
+    let max = -Infinity;
+    for (let j = 0; j < n; j++) max = Math.max(max, x.data[row + j]);
+    let sum = 0;
+    for (let j = 0; j < n; j++) {
+      const e = Math.exp(x.data[row + j] - max);
+      out.data[row + j] = e;
+      sum += e;
+    }
+    for (let j = 0; j < n; j++) out.data[row + j] /= sum;
+  }
+  return out;
+}
+
+function add(a: Tensor, b: Tensor): Tensor {
+  const out: Tensor = { shape: a.shape, data: new Float64Array(a.data.length) };
+  for (let i = 0; i < a.data.length; i++) out.data[i] = a.data[i] + b.data[i];
+  return out;
+}
+
+// -- the model, in dataflow order (reference/model.py) ---------------------------------------------
+
+/** The 2017 paper's positions: sin on even columns, cos on odd, wavelengths 2*pi .. 10000*2*pi.
+ *  inv_freq = 10000 ** (-(2i) / d), angle = pos * inv_freq, all float64. */
+export function sinusoidalPositions(nPos: number, dModel: number): Tensor {
+  const half = dModel / 2;
+  const invFreq = new Float64Array(half); // (d/2,)
+  for (let i = 0; i < half; i++) invFreq[i] = Math.pow(10000, -(2 * i) / dModel);
+  const table = zeros(nPos, dModel); // (T, d)
+  for (let pos = 0; pos < nPos; pos++) {
+    for (let i = 0; i < half; i++) {
+      const angle = pos * invFreq[i]; // (T, d/2)
+      table.data[pos * dModel + 2 * i] = Math.sin(angle);
+      table.data[pos * dModel + 2 * i + 1] = Math.cos(angle);
+    }
+  }
+  return table;
+}
+
+/** LayerNorm over the last axis with the biased variance (divide by d, not d - 1). */
+export function layerNorm(
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor,
+  eps: number,
+  taps: Taps | null,
+  name: string,
+): Tensor {
+  const [T, d] = x.shape as [number, number];
+  const scale = zeros(T, 1); // (T, 1)
+  const normalized = zeros(T, d); // (T, d)
+  const out = zeros(T, d); // (T, d)
+  const centered = new Float64Array(d); // (d,) one row of x - mean
+  for (let t = 0; t < T; t++) {
+    let sum = 0;
+    for (let j = 0; j < d; j++) sum += x.data[t * d + j];
+    const mean = sum / d;
+    let sq = 0;
+    for (let j = 0; j < d; j++) {
+      centered[j] = x.data[t * d + j] - mean;
+      sq += centered[j] * centered[j];
+    }
+    const s = Math.sqrt(sq / d + eps);
+    scale.data[t] = s;
+    for (let j = 0; j < d; j++) {
+      const nrm = centered[j] / s;
+      normalized.data[t * d + j] = nrm;
+      out.data[t * d + j] = nrm * weight.data[j] + bias.data[j];
+    }
+  }
+  record(taps, `${name}.hook_scale`, scale);
+  record(taps, `${name}.hook_normalized`, normalized);
+  return out;
+}
+
+/** The exact GELU, x * Phi(x) = x/2 * (1 + erf(x / sqrt(2))), not the tanh approximation. */
+export function gelu(x: Tensor): Tensor {
+  const out: Tensor = { shape: x.shape, data: new Float64Array(x.data.length) };
+  for (let i = 0; i < x.data.length; i++) {
+    const v = x.data[i];
+    out.data[i] = 0.5 * v * (1.0 + erf(v / Math.SQRT2));
+  }
+  return out;
+}
+
+/** Multi-head self-attention on LN1's output; returns c_proj(z) with its bias. */
+export function attention(
+  x: Tensor,
+  params: Params,
+  prefix: string,
+  config: GPTConfig,
+  taps: Taps | null,
+  name: string,
+): Tensor {
+  const T = x.shape[0]!;
+  const d = config.d_model;
+  const H = config.n_head;
+  const dh = dHead(config);
+  const qkv = linear(x, param(params, prefix + "c_attn.weight"), param(params, prefix + "c_attn.bias")); // (T, 3d)
+  const q = zeros(T, H, dh); // (T, H, dh): columns [0, d) of qkv, heads side by side
+  const k = zeros(T, H, dh); // (T, H, dh): columns [d, 2d)
+  const v = zeros(T, H, dh); // (T, H, dh): columns [2d, 3d)
+  for (let t = 0; t < T; t++) {
+    for (let c = 0; c < d; c++) {
+      q.data[t * d + c] = qkv.data[t * 3 * d + c];
+      k.data[t * d + c] = qkv.data[t * 3 * d + d + c];
+      v.data[t * d + c] = qkv.data[t * 3 * d + 2 * d + c];
+    }
+  }
+  record(taps, `${name}.hook_q`, q);
+  record(taps, `${name}.hook_k`, k);
+  record(taps, `${name}.hook_v`, v);
+  const scores = zeros(H, T, T); // (H, T, T): query i, key j
+  const rootDh = Math.sqrt(dh);
+  for (let h = 0; h < H; h++) {
+    for (let i = 0; i < T; i++) {
+      for (let j = 0; j < T; j++) {
+        let dot = 0;
+        for (let e = 0; e < dh; e++) dot += q.data[(i * H + h) * dh + e] * k.data[(j * H + h) * dh + e];
+        // Masked cells (key j after query i) are -inf, as masked_fill does after the division.
+        scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;
+      }
+    }
+  }
+  record(taps, `${name}.hook_attn_scores`, scores);
+  const pattern = softmax(scores); // (H, T, T): over keys
+  record(taps, `${name}.hook_pattern`, pattern);
+  const z = zeros(T, H, dh); // (T, H, dh)
+  for (let h = 0; h < H; h++) {
+    for (let i = 0; i < T; i++) {
+      for (let e = 0; e < dh; e++) {
+        let acc = 0;
+        for (let j = 0; j < T; j++) acc += pattern.data[(h * T + i) * T + j] * v.data[(j * H + h) * dh + e];
+        z.data[(i * H + h) * dh + e] = acc;
+      }
+    }
+  }
+  record(taps, `${name}.hook_z`, z);
+  const zFlat: Tensor = { shape: [T, d], data: z.data }; // (T, d): heads side by side
+  return linear(zFlat, param(params, prefix + "c_proj.weight"), param(params, prefix + "c_proj.bias")); // (T, d)
+}
+
+/** The position-wise network d -> d_mlp -> d with exact GELU. */
+export function mlp(x: Tensor, params: Params, prefix: string, taps: Taps | null, name: string): Tensor {
+  const pre = linear(x, param(params, prefix + "c_fc.weight"), param(params, prefix + "c_fc.bias")); // (T, d_mlp)
+  record(taps, `${name}.hook_pre`, pre);
+  const post = gelu(pre); // (T, d_mlp)
+  record(taps, `${name}.hook_post`, post);
+  return linear(post, param(params, prefix + "c_proj.weight"), param(params, prefix + "c_proj.bias")); // (T, d)
+}
+
+/** One pre-LN GPT-2 block: x + Attn(LN1(x)), then + MLP(LN2(.)). */
+export function block(x: Tensor, params: Params, i: number, config: GPTConfig, taps: Taps | null): Tensor {
+  const p = `h.${i}.`;
+  const name = `blocks.${i}`;
+  record(taps, `${name}.hook_resid_pre`, x);
+  const ln1 = layerNorm(x, param(params, p + "ln_1.weight"), param(params, p + "ln_1.bias"), config.ln_eps, taps, `${name}.ln1`); // (T, d)
+  const attnOut = attention(ln1, params, p + "attn.", config, taps, `${name}.attn`); // (T, d)
+  record(taps, `${name}.hook_attn_out`, attnOut);
+  const residMid = add(x, attnOut); // (T, d)
+  record(taps, `${name}.hook_resid_mid`, residMid);
+  const ln2 = layerNorm(residMid, param(params, p + "ln_2.weight"), param(params, p + "ln_2.bias"), config.ln_eps, taps, `${name}.ln2`); // (T, d)
+  const mlpOut = mlp(ln2, params, p + "mlp.", taps, `${name}.mlp`); // (T, d)
+  record(taps, `${name}.hook_mlp_out`, mlpOut);
+  const residPost = add(residMid, mlpOut); // (T, d)
+  record(taps, `${name}.hook_resid_post`, residPost);
+  return residPost;
+}
+
+/** Final LayerNorm, then scores against every word: tied embeddings, logits = LN_f(x) @ wte^T. */
+export function unembed(x: Tensor, params: Params, config: GPTConfig, taps: Taps | null, name: string): Tensor {
+  const ln = layerNorm(x, param(params, "ln_f.weight"), param(params, "ln_f.bias"), config.ln_eps, taps, name); // (T, d)
+  return linearTransposed(ln, param(params, "wte.weight")); // (T, V)
+}
+
+/** The whole pass: token ids (T,) -> logits (T, V). Fills `taps` in dataflow order if given. */
+export function forward(params: Params, config: GPTConfig, tokens: readonly number[], taps: Taps | null = null): Tensor {
+  const T = tokens.length;
+  const d = config.d_model;
+  if (T > config.n_ctx) throw new Error(`sequence of ${T} tokens is longer than the context (${config.n_ctx})`);
+  const wte = param(params, "wte.weight"); // (V, d)
+  const embed = zeros(T, d); // (T, d)
+  tokens.forEach((token, t) => {
+    if (!Number.isInteger(token) || token < 0 || token >= config.vocab_size) {
+      throw new Error(`token id ${token} out of range [0, ${config.vocab_size})`);
+    }
+    embed.data.set(wte.data.subarray(token * d, (token + 1) * d), t * d);
+  });
+  record(taps, "hook_embed", embed);
+  let posEmbed: Tensor; // (T, d)
+  if (config.positions === "learned") {
+    posEmbed = { shape: [T, d], data: param(params, "wpe.weight").data.slice(0, T * d) }; // (T, d)
+  } else {
+    posEmbed = sinusoidalPositions(T, d); // (T, d)
+  }
+  record(taps, "hook_pos_embed", posEmbed);
+  let x = add(embed, posEmbed); // (T, d): the residual stream
+  const streams = [x]; // stream k = input of block k; stream L = output of the last block
+  for (let i = 0; i < config.n_layer; i++) {
+    x = block(x, params, i, config, taps); // (T, d)
+    streams.push(x);
+  }
+  const logits = unembed(x, params, config, taps, "ln_final"); // (T, V)
+  record(taps, "logits", logits);
+  if (taps !== null) {
+    taps.set("probs", softmax(logits)); // (T, V)
+    streams.forEach((stream, k) => {
+      // the logit lens: read stream k as if it were the last
+      taps.set(`logit_lens.${k}`, softmax(unembed(stream, params, config, null, ""))); // (T, V)
+    });
+  }
+  return logits;
+}
+
+/** Every tap for one sequence, in dataflow order. */
+export function runWithTaps(params: Params, config: GPTConfig, tokens: readonly number[]): Taps {
+  const taps: Taps = new Map();
+  forward(params, config, tokens, taps);
+  return taps;
+}
+
+// -- loading parameters (reference/model.py load_weights) ------------------------------------------
+
+/** A tensor as decoded from a weights file: float32 or float64 values and a shape. */
+export interface RawTensor {
+  readonly shape: readonly number[];
+  readonly data: Float32Array | Float64Array;
+}
+
+/** Check the decoded weights against the config and upcast them to float64.
+ *  Accepts a Hugging Face GPT2LMHeadModel file too: a leading `transformer.` is dropped, and
+ *  `lm_head.weight` is dropped when it equals `wte.weight` (tied). */
+export function loadParams(raw: ReadonlyMap<string, RawTensor>, config: GPTConfig): Map<string, Tensor> {
+  const tensors = new Map<string, RawTensor>();
+  for (const [k, v] of raw) tensors.set(k.startsWith("transformer.") ? k.slice("transformer.".length) : k, v);
+  const head = tensors.get("lm_head.weight");
+  const wte = tensors.get("wte.weight");
+  if (head !== undefined && wte !== undefined && head.data.length === wte.data.length && head.data.every((v, i) => v === wte.data[i])) {
+    tensors.delete("lm_head.weight");
+  }
+  const params = new Map<string, Tensor>();
+  for (const [name, shape] of paramShapes(config)) {
+    const t = tensors.get(name);
+    if (t === undefined) throw new Error(`missing tensor '${name}' (expected shape [${shape.join(", ")}])`);
+    if (t.shape.length !== shape.length || t.shape.some((s, i) => s !== shape[i])) {
+      throw new Error(`tensor '${name}' has shape [${t.shape.join(", ")}], expected [${shape.join(", ")}]`);
+    }
+    if (!t.data.every(Number.isFinite)) throw new Error(`tensor '${name}' has non-finite values (NaN or Inf)`);
+    params.set(name, { shape, data: Float64Array.from(t.data) }); // float32 -> float64 is exact
+  }
+  const extra = [...tensors.keys()].filter((k) => !params.has(k)).sort();
+  if (extra.length > 0) throw new Error(`unexpected tensor(s) ${extra.map((k) => `'${k}'`).join(", ")}`);
+  return params;
+}

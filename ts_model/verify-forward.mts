@@ -1,0 +1,156 @@
+// A standalone check of the TypeScript model against a fixture's golden files, Node only:
+//
+//     node ts_model/verify-forward.mts [FIXTURE_DIR]        (default: the repository's fixtures/toy)
+//
+// Runs every case through model.ts (float64) and compares every tap with
+//   fp64 tier: golden.fp64 (PyTorch float64) at the manifest's fp64 tolerance,
+//   fp32 tier: golden.fp32 (PyTorch float32) at the manifest's fp32 tolerance (our float64 result).
+// A cell passes when |a - b| <= atol + rtol * |b|; an infinity must meet the same infinity; NaN
+// fails. One line per tier and tap (worst over cases), then a verdict.
+// Exit codes: 0 every tap agrees, 1 some tap disagrees, 2 bad input (unreadable or changed fixture).
+
+import { join, resolve } from "node:path";
+
+import { FixtureError, hashMismatches, readFixture, readParams } from "./fixture.ts";
+import type { Fixture, Precision, Tolerance } from "./fixture.ts";
+import { runWithTaps } from "./model.ts";
+import type { Tensor } from "./model.ts";
+import { SafetensorsError, readSafetensors } from "./safetensors.ts";
+import type { SafeTensor } from "./safetensors.ts";
+
+interface TapResult {
+  readonly ok: boolean;
+  readonly maxAbs: number; // over finite cells; Infinity if an infinity or NaN is misplaced
+  readonly where: string; // case and index of the worst cell
+  readonly note: string; // why it failed, if it did
+}
+
+const fmt = (x: number): string => (Number.isFinite(x) ? x.toExponential(1) : String(x));
+
+function unravel(flat: number, shape: readonly number[]): number[] {
+  const index: number[] = [];
+  for (let i = shape.length - 1; i >= 0; i--) {
+    index.unshift(flat % shape[i]!);
+    flat = Math.floor(flat / shape[i]!);
+  }
+  return index;
+}
+
+/** Compare one tap of one case; `b` is the golden side. */
+function compare(a: Tensor, b: SafeTensor, tol: Tolerance, key: string): TapResult {
+  if (a.shape.length !== b.shape.length || a.shape.some((s, i) => s !== b.shape[i])) {
+    return { ok: false, maxAbs: Infinity, where: key, note: `shape [${a.shape}] != golden [${b.shape}]` };
+  }
+  let maxAbs = 0;
+  let worstAt = 0;
+  let note = "";
+  for (let i = 0; i < a.data.length; i++) {
+    const x = a.data[i]!;
+    const y = Number(b.data[i]!);
+    if (Number.isNaN(y)) throw new FixtureError(`golden tensor '${key}' holds NaN (a broken fixture)`);
+    let diff: number;
+    if (Number.isNaN(x)) {
+      diff = Infinity;
+      note ||= `NaN at [${unravel(i, a.shape).join(", ")}]`;
+    } else if (!Number.isFinite(x) || !Number.isFinite(y)) {
+      diff = x === y ? 0 : Infinity; // an infinity matches only the same infinity
+      if (diff !== 0) note ||= `${x} where the golden has ${y} at [${unravel(i, a.shape).join(", ")}]`;
+    } else {
+      diff = Math.abs(x - y);
+      if (!(diff <= tol.atol + tol.rtol * Math.abs(y))) note ||= "tolerance exceeded";
+    }
+    if (diff > maxAbs) {
+      maxAbs = diff;
+      worstAt = i;
+    }
+  }
+  return { ok: note === "", maxAbs, where: `${key} [${unravel(worstAt, a.shape).join(", ")}]`, note };
+}
+
+function goldenTensors(fixture: Fixture, precision: Precision): Map<string, SafeTensor> {
+  const path = join(fixture.root, fixture.files.golden[precision]);
+  const tensors = readSafetensors(path).tensors;
+  const dtype = precision === "fp64" ? "F64" : "F32";
+  for (const c of fixture.cases) {
+    for (const tap of fixture.taps) {
+      const t = tensors.get(`${c.name}/${tap}`);
+      if (t === undefined) throw new FixtureError(`${path}: missing golden tensor '${c.name}/${tap}'`);
+      if (t.dtype !== dtype) throw new FixtureError(`${path}: golden tensor '${c.name}/${tap}' is ${t.dtype}, expected ${dtype}`);
+    }
+  }
+  return tensors;
+}
+
+function main(argv: readonly string[]): number {
+  if (argv.length > 1 || argv[0] === "-h" || argv[0] === "--help") {
+    process.stderr.write("usage: node ts_model/verify-forward.mts [FIXTURE_DIR]\n");
+    return 2;
+  }
+  const root = argv[0] ?? join(import.meta.dirname, "..", "fixtures", "toy");
+  const fixture = readFixture(root);
+  const c = fixture.config;
+  console.log(
+    `verify-forward: ${resolve(root)}: ${fixture.cases.length} cases, ${fixture.taps.length} taps ` +
+      `(V=${c.vocab_size} d=${c.d_model} L=${c.n_layer} H=${c.n_head} ${c.positions} positions)`,
+  );
+  const changed = hashMismatches(fixture);
+  for (const name of changed) {
+    console.log(`WARNING: ${name}: sha256 differs from the manifest (the file changed since it was written)`);
+  }
+  const params = readParams(fixture);
+  const started = performance.now();
+  const results = new Map(fixture.cases.map((k) => [k.name, runWithTaps(params, fixture.config, k.tokens)]));
+  const elapsed = performance.now() - started;
+
+  const failures: string[] = [];
+  let checks = 0;
+  for (const precision of ["fp64", "fp32"] as const) {
+    const golden = goldenTensors(fixture, precision);
+    const tiers = fixture.tolerances[precision];
+    let tierWorst = 0;
+    for (const tap of fixture.taps) {
+      const tol = tiers.overrides.get(tap) ?? tiers.default;
+      let worst: TapResult = { ok: true, maxAbs: 0, where: "", note: "" };
+      let ok = true;
+      for (const k of fixture.cases) {
+        const key = `${k.name}/${tap}`;
+        const ours = results.get(k.name)!.get(tap);
+        if (ours === undefined) throw new Error(`the model produced no tap '${tap}'`);
+        const r = compare(ours, golden.get(key)!, tol, key);
+        ok &&= r.ok;
+        // Report the worst case, a failing one before any passing one.
+        if ((!r.ok && worst.ok) || (r.ok === worst.ok && r.maxAbs > worst.maxAbs)) worst = r;
+      }
+      checks++;
+      tierWorst = Math.max(tierWorst, worst.maxAbs);
+      const line = `${precision}  ${tap.padEnd(34)} ${ok ? "OK  " : "FAIL"}  max|diff| = ${fmt(worst.maxAbs)}`;
+      if (ok) {
+        console.log(line);
+      } else {
+        failures.push(`${precision} ${tap}`);
+        const detail = worst.note === "tolerance exceeded" ? "" : `: ${worst.note}`;
+        console.log(`${line} at ${worst.where} (atol ${tol.atol}, rtol ${tol.rtol})${detail}`);
+      }
+    }
+    console.log(`${precision}  worst over all taps: ${fmt(tierWorst)}`);
+  }
+  console.log(`model time: ${elapsed.toFixed(1)} ms for ${fixture.cases.length} cases`);
+  if (failures.length > 0) {
+    console.log(`verify-forward: FAILED, ${failures.length} of ${checks} checks disagree; first diverging: ${failures[0]}`);
+    return 1;
+  }
+  if (changed.length > 0) {
+    console.log(`verify-forward: every tap agrees, but ${changed.join(", ")} changed since the manifest: regenerate it`);
+    return 2;
+  }
+  console.log(`verify-forward: OK, ${checks} checks agree`);
+  return 0;
+}
+
+try {
+  process.exitCode = main(process.argv.slice(2));
+} catch (err) {
+  const message = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, " ");
+  process.stderr.write(`verify-forward: ${message}\n`);
+  process.exitCode = err instanceof FixtureError || err instanceof SafetensorsError ? 2 : 1;
+}
