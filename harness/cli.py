@@ -38,7 +38,9 @@ def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
     """
     chosen: list[Backend] = []
     skipped: list[str] = []
-    for name in names if names is not None else list(backend_entry_points()):
+    # By default the reference runs first, then the others by name.
+    default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
+    for name in names if names is not None else default:
         backend = load_backend(name)
         missing = backend.missing_dependencies()
         if missing:

@@ -90,9 +90,30 @@ def divergence_paragraph(d: FirstDivergence) -> str:
     return text
 
 
+def _not_supported_line(group: list[TapSummary]) -> str:
+    s = group[0]
+    taps = group[0].tap if len(group) == 1 else f"{len(group)} taps, {group[0].tap} .. {group[-1].tap}"
+    return f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} not supported: {taps}"
+
+
 def print_report(report: Report, out: TextIO, verbose: bool = False) -> None:
+    """One line per backend x precision x tap (worst over cases), consecutive unsupported taps folded."""
     width = max((len(s.tap) for s in report.summaries), default=10)
-    for s in report.summaries:
+    pending: list[TapSummary] = []
+    for s in [*report.summaries, None]:
+        if s is not None and s.status == NOT_SUPPORTED and (
+            not pending or (pending[0].backend, pending[0].precision, pending[0].golden)
+            == (s.backend, s.precision, s.golden)
+        ):
+            pending.append(s)
+            continue
+        if pending:
+            print(_not_supported_line(pending), file=out)
+            pending = [s] if s is not None and s.status == NOT_SUPPORTED else []
+            if pending:
+                continue
+        if s is None:
+            break
         print(tap_line(s, width), file=out)
         if verbose and s.status != NOT_SUPPORTED:
             for r in report.results:
