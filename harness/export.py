@@ -4,8 +4,10 @@ The fixture is data only: manifest.json, float32 weights, float32 and float64 go
 (safetensors), and the two ONNX graphs. `--check` regenerates everything into a temporary
 directory and compares with what is committed:
 - golden files recomputed from the committed weights must agree bit for bit;
-- retrained weights must agree within RETRAIN_ATOL (see docs/fixtures.md for why not bit for bit
-  across machines);
+- retrained weights must be bit-identical on the platform that made them; on another platform
+  (CPU kernels differ) training is chaotic (a 1-ulp change of the initial weights moves the final
+  weights by ~1), so there the retrained model's held-out loss must agree within RETRAIN_LOSS_RTOL
+  (see docs/fixtures.md);
 - the manifest must be identical apart from the hashes;
 - the committed ONNX graphs must reproduce the golden files (ONNX bytes are not reproducible).
 """
@@ -13,6 +15,7 @@ directory and compares with what is committed:
 from __future__ import annotations
 
 import json
+import platform
 import random
 import shutil
 import tempfile
@@ -28,12 +31,23 @@ from harness.fixture import FORMAT_NAME, FORMAT_VERSION, MANIFEST, load_fixture,
 
 FP32_ATOL = 1e-5  # the lesson's gate, see docs/tolerances.md
 FP64_ATOL = 1e-12  # measured float64 round-off budget, see docs/tolerances.md
-RETRAIN_ATOL = 1e-4  # retrained weights vs committed, see docs/fixtures.md
+RETRAIN_LOSS_RTOL = 0.01  # on another platform: held-out loss of retrained vs committed weights, docs/fixtures.md
 SEED = 0
 STEPS = 4000
 CASE_SEED = 20261130  # random cases
 
 Progress = Callable[[str], None]
+
+
+def current_platform() -> dict[str, str]:
+    """What decides whether training is bit-reproducible: architecture, torch, its CPU kernels."""
+    import torch
+
+    return {
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+    }
 
 
 def make_cases(vocab_size: int, n_ctx: int, seed: int = SEED) -> list[dict[str, Any]]:
@@ -132,6 +146,7 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
             "steps": steps,
             "command": "parity export",
             "weights": "reference.train_tiny.train(TOY, seed, steps); golden: reference.model.run_with_taps",
+            "platform": current_platform(),
         },
     }
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
@@ -157,13 +172,32 @@ def export_fixture(root: Path, steps: int = STEPS, seed: int = SEED, progress: P
         if root.exists():
             shutil.rmtree(root)
         shutil.copytree(staging, root)
+    for path in root.iterdir():
+        path.chmod(0o644)  # temporary files are created private; the fixture is meant to be shared
     progress(f"parity export: wrote {root} in {time.perf_counter() - start:.1f} s")
 
 
 def _manifest_without_hashes(path: Path) -> dict[str, Any]:
+    """The manifest apart from hashes and the (informational) platform that made it."""
     manifest = json.loads(path.read_text(encoding="utf-8"))
     manifest.pop("sha256", None)
+    manifest.get("provenance", {}).pop("platform", None)
     return manifest  # type: ignore[no-any-return]
+
+
+def heldout_loss(weights: dict[str, np.ndarray]) -> float:
+    """The masked model's mean NLL per predicted word on the held-out sentences of train_tiny."""
+    import torch
+
+    from reference.config import TOY
+    from reference.model import GPT
+    from reference.train_tiny import evaluate, heldout_sentences
+
+    model = GPT(TOY)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(weights[name]))
+    return evaluate(model, heldout_sentences())
 
 
 def check_fixture(root: Path, progress: Progress = print) -> int:
@@ -196,13 +230,24 @@ def check_fixture(root: Path, progress: Progress = print) -> int:
             problems.append(f"manifest differs apart from hashes in: {', '.join(keys)}")
         else:
             progress("parity export --check: manifest identical apart from hashes")
-        # 3. retrained weights: within RETRAIN_ATOL.
+        # 3. retrained weights: bit-identical on the same platform, the same quality on another.
         retrained = train_weights(seed, steps, progress)
         worst = max(float(np.abs(retrained[k] - committed_weights[k]).max()) for k in committed_weights)
-        verdict = "bit-identical" if worst == 0.0 else f"max |diff| {worst:.2e}"
-        progress(f"parity export --check: retrained weights vs committed: {verdict} (atol {RETRAIN_ATOL:g})")
-        if worst > RETRAIN_ATOL:
-            problems.append(f"retrained weights differ by {worst:.2e} > {RETRAIN_ATOL:g}")
+        same_platform = fixture.manifest["provenance"].get("platform") == current_platform()
+        if worst == 0.0:
+            progress("parity export --check: retrained weights vs committed: bit-identical")
+        elif same_platform:
+            problems.append(f"retrained weights differ by up to {worst:.2e} on the platform that made them "
+                            "(training should be bit-reproducible here)")
+        else:
+            ours, theirs = heldout_loss(retrained), heldout_loss(committed_weights)
+            rel = abs(ours - theirs) / theirs
+            progress(f"parity export --check: another platform ({current_platform()}); retrained weights differ "
+                     f"by up to {worst:.2e}, held-out loss {ours:.4f} vs committed {theirs:.4f} "
+                     f"(relative {rel:.1e}, limit {RETRAIN_LOSS_RTOL:g})")
+            if rel > RETRAIN_LOSS_RTOL:
+                problems.append(f"retrained model's held-out loss {ours:.4f} is not within "
+                                f"{RETRAIN_LOSS_RTOL:.0%} of the committed model's {theirs:.4f}")
     # 4. the committed ONNX graphs against the golden files.
     if fixture.onnx_path("all_taps") is not None:
         from harness.onnx_export import check_onnx_against_golden

@@ -178,6 +178,7 @@ class Fixture:
     def _check_hashes(self) -> None:
         hashes = self._require(self.manifest, "sha256", dict)
         for name in self._file_names():
+            self._safe_path(name)  # a name pointing outside the fixture is refused before anything else
             if name not in hashes:
                 raise self._fail(f"no sha256 for {name!r}")
         for name, digest in hashes.items():

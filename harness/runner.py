@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
+from harness.budget import BudgetRow, budget_rows, reference_rows
 from harness.compare import (
     NOT_SUPPORTED,
     CheckResult,
@@ -23,10 +24,12 @@ from harness.compare import (
     check_result,
     compare_tensors,
     first_divergence,
+    name_index,
     summarize_tap,
 )
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendFailed, ParityError
 from harness.fixture import Fixture
+from reference.taps import tap_shape_template
 
 
 def tiers_for(precision: Precision) -> list[Precision]:
@@ -50,6 +53,9 @@ class Report:
     summaries: list[TapSummary] = field(default_factory=list)
     divergences: list[FirstDivergence] = field(default_factory=list)
     runs: list[BackendRun] = field(default_factory=list)
+    budget: list[BudgetRow] = field(default_factory=list)  # every result against the float64 truth
+    # What each backend returned, by (backend, precision): {case: {tap: array}}. Not written to JSON.
+    outputs: dict[tuple[str, str], BackendOutput] = field(default_factory=dict, repr=False)
 
     @property
     def errors(self) -> list[BackendRun]:
@@ -164,16 +170,29 @@ def run_parity(
             try:
                 supported = backend.supported_taps(fixture)
                 output = validate_output(backend, fixture, backend.run(fixture, precision))
-            except ParityError as exc:
-                report.runs.append(BackendRun(backend.name, precision, time.perf_counter() - start, "error",
-                                              str(exc)))
-                continue
-            except Exception as exc:  # a backend's own bug: report it as that backend's failure
-                report.runs.append(BackendRun(backend.name, precision, time.perf_counter() - start, "error",
-                                              f"backend {backend.name!r} crashed: {type(exc).__name__}: {exc}"))
-                continue
+            except ParityError:
+                raise  # bad input or environment: the whole run stops with one line (exit 2)
+            except Exception as exc:  # a backend's own bug: one line naming it, not a traceback
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise BackendFailed(
+                    f"backend {backend.name!r} ({precision}) crashed: {type(exc).__name__}: {detail}"
+                ) from None
             seconds = time.perf_counter() - start
             report.runs.append(BackendRun(backend.name, precision, seconds, "ran"))
             report.results += compare_output(backend, fixture, precision, output, supported)
+            report.outputs[(backend.name, precision)] = output
+            report.budget += budget_rows(fixture, backend.name, precision, output, supported)
     report.summaries, report.divergences = summarize(report.results, fixture.tap_names)
+    name_divergences(report.divergences, fixture)
+    report.budget = reference_rows(fixture) + report.budget
     return report
+
+
+def name_divergences(divergences: list[FirstDivergence], fixture: Fixture) -> None:
+    """Fill each divergence's `location` and `axes`: its worst cell named by axis, with the words."""
+    for d in divergences:
+        if d.index is None:
+            continue
+        template = tap_shape_template(fixture.config, d.tap)
+        d.location, d.axes = name_index(d.tap, template, d.index, fixture.case(d.case).tokens, fixture.vocab,
+                                        fixture.config.n_head, fixture.config.d_mlp)

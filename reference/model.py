@@ -226,13 +226,14 @@ class GPT(nn.Module):
 def run_with_taps(params: Mapping[str, Tensor], config: GPTConfig, tokens: list[int]) -> Taps:
     """Every tap for one sequence, computed in the parameters' dtype, without autograd.
 
-    The tensors are made contiguous: some taps are strided views (q, k, v of one matmul), and
-    writers such as `safetensors.numpy.save_file` copy a buffer as is, strides ignored.
+    Each tap is its own contiguous copy: some taps are strided views (q, k, v of one matmul), which
+    `safetensors.numpy.save_file` would copy as a raw buffer, strides ignored; and some are the same
+    tensor (block i's resid_post is block i+1's resid_pre), which `safetensors.torch` refuses.
     """
     taps: Taps = {}
     with torch.no_grad():
         forward(params, config, torch.tensor(tokens, dtype=torch.int64), taps)
-    return {name: t.contiguous() for name, t in taps.items()}
+    return {name: t.clone(memory_format=torch.contiguous_format) for name, t in taps.items()}
 
 
 class WeightsError(ValueError):

@@ -1,0 +1,215 @@
+"""Export the reference model to ONNX (`parity export`) and check committed graphs against the golden files.
+
+Two graphs are written from the same float32 weights, both with one input `tokens` (int64 [T],
+T dynamic from 1 to n_ctx), opset `ONNX_OPSET`, weights embedded in the single file:
+
+- `model.onnx` ("all_taps"): every tap of the manifest as a named graph output, in dataflow order;
+- `model.logits.onnx` ("logits"): only `logits`, the graph a user would ship.
+
+The graph is traced by torch.onnx's dynamo exporter from `reference.model.forward` itself (a small
+wrapper module returns the taps as a tuple), so the ONNX file cannot drift from the reference.
+torch is imported inside `export_onnx` only; the checks need onnx and onnxruntime, not torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.errors import FixtureError
+from harness.onnx_graph import (
+    INPUT_NAME,
+    ONNX_OPSET,
+    OnnxGraph,
+    check_onnx_file,
+    check_onnx_model,
+    expected_outputs,
+    load_onnx,
+    onnx_file,
+    ort_runner,
+    run_cases,
+)
+from reference.config import GPTConfig, param_shapes
+from reference.taps import tap_names
+
+if TYPE_CHECKING:
+    from harness.fixture import Fixture
+
+__all__ = [
+    "ONNX_OPSET",
+    "OnnxGraph",
+    "OnnxTapCheck",
+    "check_onnx_against_golden",
+    "check_onnx_file",
+    "export_onnx",
+    "verify_onnx_files",
+]
+
+_NOISY_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "torch._export", "torch.fx", "onnxscript")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[io.StringIO]:
+    """Swallow the exporter's prints, warnings and log lines; yields what was printed."""
+    captured = io.StringIO()
+    levels = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
+    try:
+        for name in _NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(captured),
+            contextlib.redirect_stderr(captured),
+        ):
+            warnings.simplefilter("ignore")
+            yield captured
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def export_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: Path, outputs: OnnxGraph) -> None:
+    """Write the reference model as one self-contained .onnx file.
+
+    `weights`: float32 numpy arrays under Hugging Face GPT-2 names (Conv1D weights [in, out]).
+    `outputs`: "all_taps" (every tap, named, in dataflow order) or "logits" (only `logits`).
+    The file is written next to `path` and renamed into place, then checked (`check_onnx_model`).
+    """
+    import torch
+
+    from reference.model import forward
+
+    names = expected_outputs(tap_names(config.n_layer), outputs)
+    expected = param_shapes(config)
+    if set(weights) != set(expected):
+        missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+        raise ValueError(f"weights do not match the config (missing {missing}, extra {extra})")
+
+    class TapsModule(torch.nn.Module):
+        """tokens (T,) -> the graph outputs as a tuple, computed by reference.model.forward."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            # Buffers become ONNX initializers; '.' is not allowed in a buffer name.
+            self.keys = list(expected)
+            for key in self.keys:
+                tensor = torch.from_numpy(np.ascontiguousarray(weights[key], dtype=np.float32))
+                self.register_buffer(key.replace(".", "__"), tensor.clone())
+
+        def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            params = {key: getattr(self, key.replace(".", "__")) for key in self.keys}
+            taps: dict[str, torch.Tensor] = {}
+            logits = forward(params, config, tokens, taps if outputs == "all_taps" else None)
+            return tuple(taps[n] for n in names) if outputs == "all_taps" else (logits,)
+
+    # An example longer than 1 (torch.export specializes a size-1 example), within the context.
+    example = torch.arange(min(config.n_ctx, 3), dtype=torch.int64) % config.vocab_size
+    dynamic: Any = None
+    if config.n_ctx > 1:
+        dynamic = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with _quiet() as log, torch.no_grad():
+            try:
+                program = torch.onnx.export(
+                    TapsModule().eval(),
+                    (example,),
+                    dynamo=True,
+                    opset_version=ONNX_OPSET,
+                    input_names=[INPUT_NAME],
+                    output_names=names,
+                    dynamic_shapes=dynamic,
+                    external_data=False,
+                    verbose=False,
+                )
+                assert program is not None
+                program.save(str(tmp), external_data=False)
+            except Exception as exc:
+                tail = log.getvalue().strip().splitlines()[-5:]
+                raise RuntimeError(f"ONNX export of {path} failed: {exc}\n" + "\n".join(tail)) from exc
+        check_onnx_model(load_onnx(tmp), path, tap_names(config.n_layer), outputs)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class OnnxTapCheck:
+    """One committed graph's worst error on one tap over every case, against the fp32 golden."""
+
+    file: str
+    tap: str
+    max_abs_err: float  # over finite cells; inf if -inf/inf/NaN do not line up
+    atol: float
+    ok: bool
+
+
+def verify_onnx_files(fixture: Fixture) -> list[OnnxTapCheck]:
+    """Run both committed graphs (onnxruntime, CPU, one thread) on every case; compare to golden fp32.
+
+    FixtureError if a graph is missing or does not pass `check_onnx_file`.
+    """
+    golden = fixture.golden("fp32")
+    tolerances = fixture.tolerances["fp32"]
+    checks: list[OnnxTapCheck] = []
+    for graph in ("all_taps", "logits"):
+        path = onnx_file(fixture, graph)
+        check_onnx_file(path, fixture, graph)
+        names = expected_outputs(fixture.tap_names, graph)
+        results = run_cases(fixture, path, names, ort_runner(path))
+        for tap in names:
+            tol = tolerances.for_tap(tap)
+            errs = [
+                _compare(results[c.name][tap], golden[c.name][tap], tol.atol, tol.rtol) for c in fixture.cases
+            ]
+            worst = max(e for e, _ in errs)
+            checks.append(OnnxTapCheck(path.name, tap, worst, tol.atol, all(ok for _, ok in errs)))
+    return checks
+
+
+def check_onnx_against_golden(fixture: Fixture) -> list[str]:
+    """`parity export --check`'s ONNX step: one line per graph; FixtureError if any tap breaches tolerance."""
+    checks = verify_onnx_files(fixture)
+    lines = []
+    for name in dict.fromkeys(c.file for c in checks):
+        mine = [c for c in checks if c.file == name]
+        worst = max(mine, key=lambda c: c.max_abs_err)
+        lines.append(
+            f"{name}: {len(mine)} tap(s) x {len(fixture.cases)} case(s) reproduce golden fp32, "
+            f"worst {worst.tap} max |diff| {worst.max_abs_err:.2e}"
+        )
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        detail = ", ".join(f"{c.file}:{c.tap} {c.max_abs_err:.2e} > {c.atol:g}" for c in bad[:5])
+        raise FixtureError(
+            f"{fixture.root}: the committed ONNX graph(s) do not reproduce the golden files ({detail}); "
+            "regenerate them with `parity export`"
+        )
+    return lines
+
+
+def _compare(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> tuple[float, bool]:
+    """(max |a - b| over cells finite in b, pass flag under |a - b| <= atol + rtol |b|).
+
+    Different shapes, a NaN in `a`, or infinities that do not line up give (inf, False).
+    """
+    if a.shape != b.shape or np.isnan(a).any():
+        return float("inf"), False
+    finite = np.isfinite(b)
+    if not np.array_equal(a[~finite], b[~finite]):
+        return float("inf"), False
+    diff = np.abs(a[finite].astype(np.float64) - b[finite].astype(np.float64))
+    if diff.size == 0:
+        return 0.0, True
+    ok = bool((diff <= atol + rtol * np.abs(b[finite].astype(np.float64))).all())
+    return float(diff.max()), ok
