@@ -1,4 +1,4 @@
-"""The `parity` command: run, backends, export, check-backend.
+"""The `parity` command: run, lens, backends, export, check-backend.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
 User errors are one line on stderr, never a traceback.
@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from harness.backends.base import PRECISIONS, Backend, Precision
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendUnavailable, ParityError
 from harness.fixture import default_fixture_dir, load_fixture
 from harness.registry import backend_entry_points, load_backend
+
+if TYPE_CHECKING:
+    from harness.fixture import Fixture
+    from harness.runner import Report
 
 
 def _parse_backends(text: str | None) -> list[str] | None:
@@ -59,6 +63,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import run_parity
 
     fixture = load_fixture(args.fixture)
+    if args.plot:
+        from harness.plots import require_matplotlib
+
+        require_matplotlib()  # before spending time on backends
     backends, skipped = select_backends(_parse_backends(args.backends))
     for precision in PRECISIONS:
         fixture.golden(precision)  # validate both golden files before spending time on backends
@@ -71,10 +79,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = run_parity(fixture, backends, _precisions(args.precision),
                         progress=None if args.quiet else _progress)
-    print_report(report, sys.stdout, verbose=args.verbose)
+    print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     if args.json:
         write_json(report, Path(args.json))
+    _write_extra_reports(args, report, fixture)
     return report.exit_code
+
+
+def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixture) -> None:
+    """--junit, --markdown (and $GITHUB_STEP_SUMMARY) and --plot, after the terminal report."""
+    if args.junit:
+        from harness.junit import write_junit
+
+        write_junit(report, Path(args.junit))
+    if args.markdown:
+        from harness.markdown import write_markdown
+
+        write_markdown(report, Path(args.markdown))
+    if args.plot:
+        from harness.plots import plot_error_ladder
+
+        plot_error_ladder(report, fixture, Path(args.plot))
+
+
+def cmd_lens(args: argparse.Namespace) -> int:
+    from harness.lens import run_lens
+
+    fixture = load_fixture(args.fixture)
+    names = _parse_backends(args.backends)
+    backends, skipped = select_backends(names)
+    for line in skipped:
+        print(f"parity: skipped: {line}", file=sys.stderr)
+    return run_lens(fixture, args.case, backends, Path(args.plot) if args.plot else None,
+                    default_selection=names is None, out=sys.stdout, progress=_progress)
 
 
 def _progress(msg: str) -> None:
@@ -121,6 +158,20 @@ def cmd_check_backend(args: argparse.Namespace) -> int:
     return EXIT_DISAGREE if failed else EXIT_OK
 
 
+def cmd_selftest(args: argparse.Namespace) -> int:
+    """Run every mutant of harness/mutants.py through the harness (see harness/selftest.py)."""
+    from harness.mutants import by_name
+    from harness.selftest import print_selftest, run_selftest, write_json
+
+    fixture = load_fixture(args.fixture)
+    mutants = by_name(_parse_backends(args.only) if args.only is not None else None)
+    result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress)
+    print_selftest(result)
+    if args.json:
+        write_json(result, Path(args.json))
+    return result.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parity",
@@ -140,7 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")
     run.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument("--budget", action="store_true",
+                     help="add the error budget: every result against the float64 truth, in float32 epsilons")
+    run.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per backend x tier x tap")
+    run.add_argument("--markdown", metavar="PATH",
+                     help="write a Markdown summary (appended to $GITHUB_STEP_SUMMARY too when it is set)")
+    run.add_argument("--plot", metavar="PATH", help="draw the error ladder (PNG or SVG, by extension)")
     run.set_defaults(func=cmd_run)
+
+    lens = sub.add_parser("lens", help="the logit lens of one case: each stream's top guess at each position")
+    lens.add_argument("--case", required=True, help="case name (from the fixture's manifest)")
+    lens.add_argument("--plot", metavar="PATH", help="draw the grid (PNG or SVG, by extension)")
+    lens.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    lens.add_argument("--backends",
+                      help="comma-separated backends to check against the golden (default: every available "
+                           "backend that produces logit_lens taps)")
+    lens.set_defaults(func=cmd_lens)
 
     backends = sub.add_parser("backends", help="list registered backends and whether they can run")
     backends.set_defaults(func=cmd_backends)
@@ -157,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("name", help="backend name")
     check.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     check.set_defaults(func=cmd_check_backend)
+
+    selftest = sub.add_parser("selftest", help="run the catalog of porting bugs (mutants) through the harness")
+    selftest.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    selftest.add_argument("--only", metavar="NAME,...", help="comma-separated mutant names (default: all)")
+    selftest.add_argument("--json", metavar="PATH", help="write the per-mutant outcomes as JSON")
+    selftest.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    selftest.set_defaults(func=cmd_selftest)
     return parser
 
 

@@ -113,6 +113,7 @@ class CheckResult:
     actual: float | None = None
     expected: float | None = None
     message: str = ""
+    n_bad: int = 0  # cells that break tolerance
 
 
 def check_result(
@@ -120,7 +121,7 @@ def check_result(
 ) -> CheckResult:
     return CheckResult(
         backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
-        cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message,
+        cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad,
     )
 
 
@@ -184,6 +185,11 @@ class FirstDivergence:
     upstream_taps: int  # how many taps come before it in dataflow order
     upstream_max_abs: float  # worst error over every upstream tap and case (0.0 when it is the first tap)
     by_case: dict[str, str] = field(default_factory=dict)  # case -> its own first diverging tap
+    n_bad: int = 0  # cells of that tap and case that break tolerance
+    location: str = ""  # the worst cell named by axis: "position 3 ('sleeps'), dim 5" (see `name_index`)
+    axes: dict[str, int] = field(default_factory=dict)  # the same by axis name: {"position": 3, "dim": 5}
+    previous_tap: str | None = None  # the tap just before it in dataflow order that was compared
+    previous_max_abs: float | None = None  # that tap's worst error over cases
 
 
 def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstDivergence | None:
@@ -200,8 +206,59 @@ def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstD
     worst = max(at_tap, key=lambda r: r.max_abs if r.max_abs is not None else math.inf)
     upstream = [r for r in results if r.status != NOT_SUPPORTED and order[r.tap] < order[tap]]
     upstream_max = max((r.max_abs for r in upstream if r.max_abs is not None), default=0.0)
+    previous = max((r.tap for r in upstream), key=lambda t: order[t], default=None)
+    previous_max = max((r.max_abs for r in upstream if r.tap == previous and r.max_abs is not None), default=None)
     return FirstDivergence(
         worst.backend, worst.precision, worst.golden, tap, worst.case, worst.index, worst.actual, worst.expected,
         worst.max_abs, worst.atol, worst.message, len({r.tap for r in upstream}), upstream_max,
-        dict(sorted(by_case.items())),
+        dict(sorted(by_case.items())), worst.n_bad, previous_tap=previous, previous_max_abs=previous_max,
     )
+
+
+def axis_names(template: list[int | str], n_head: int | None = None) -> list[str]:
+    """Name each axis of a tap's shape template (`reference.taps.tap_shape_template`).
+
+    "T" is "position" (the query position), a second "T" is "key_position"; `n_head` names "head";
+    a size-1 axis is "scale"; the vocabulary axis of a [T, V] tap is "token"; a wide last axis of a
+    [T, d_mlp] tap is "neuron"; any other axis is "dim" (d_model, d_head).
+    """
+    names: list[str] = []
+    for i, size in enumerate(template):
+        if size == "T":
+            names.append("key_position" if "position" in names else "position")
+        elif n_head is not None and size == n_head and i < len(template) - 1:
+            names.append("head")
+        elif size == 1:
+            names.append("scale")
+        else:
+            names.append("dim")
+    return names
+
+
+def name_index(
+    tap: str, template: list[int | str], index: list[int], tokens: tuple[int, ...], vocab: list[str],
+    n_head: int, d_mlp: int,
+) -> tuple[str, dict[str, int]]:
+    """A cell's index named by axis, with the words at its positions and its vocabulary token.
+
+    `("position 3 ('sleeps'), head 1, key position 0 ('.')", {"position": 3, "head": 1, "key_position": 0})`
+    """
+    names = axis_names(template, n_head)
+    if template and template[-1] == len(vocab) and (tap in ("logits", "probs") or tap.startswith("logit_lens.")):
+        names[-1] = "token"
+    elif tap.endswith(("mlp.hook_pre", "mlp.hook_post")) and template[-1] == d_mlp:
+        names[-1] = "neuron"
+    parts: list[str] = []
+    axes: dict[str, int] = {}
+    for name, i in zip(names, index, strict=False):
+        axes[name] = int(i)
+        label = name.replace("_", " ")
+        if name in ("position", "key_position") and 0 <= i < len(tokens):
+            parts.append(f"{label} {i} ({vocab[tokens[i]]!r})")
+        elif name == "token" and 0 <= i < len(vocab):
+            parts.append(f"{label} {i} ({vocab[i]!r})")
+        elif name == "scale":
+            continue
+        else:
+            parts.append(f"{label} {i}")
+    return ", ".join(parts), axes

@@ -240,14 +240,14 @@ def check_fixture(root: Path, progress: Progress = print) -> int:
             problems.append(f"retrained weights differ by up to {worst:.2e} on the platform that made them "
                             "(training should be bit-reproducible here)")
         else:
-            ours, theirs = heldout_loss(retrained), heldout_loss(committed_weights)
-            rel = abs(ours - theirs) / theirs
+            loss_new, loss_old = heldout_loss(retrained), heldout_loss(committed_weights)
+            rel = abs(loss_new - loss_old) / loss_old
             progress(f"parity export --check: another platform ({current_platform()}); retrained weights differ "
-                     f"by up to {worst:.2e}, held-out loss {ours:.4f} vs committed {theirs:.4f} "
+                     f"by up to {worst:.2e}, held-out loss {loss_new:.4f} vs committed {loss_old:.4f} "
                      f"(relative {rel:.1e}, limit {RETRAIN_LOSS_RTOL:g})")
             if rel > RETRAIN_LOSS_RTOL:
-                problems.append(f"retrained model's held-out loss {ours:.4f} is not within "
-                                f"{RETRAIN_LOSS_RTOL:.0%} of the committed model's {theirs:.4f}")
+                problems.append(f"retrained model's held-out loss {loss_new:.4f} is not within "
+                                f"{RETRAIN_LOSS_RTOL:.0%} of the committed model's {loss_old:.4f}")
     # 4. the committed ONNX graphs against the golden files.
     if fixture.onnx_path("all_taps") is not None:
         from harness.onnx_export import check_onnx_against_golden

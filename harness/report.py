@@ -13,9 +13,17 @@ JSON schema (version 1), stable for CI scripts:
                  "max_abs", "max_rel", "min_atol", "worst_case", "atol", "rtol", "message"} ],
       "first_divergence": {backend: [ {"precision", "golden", "tap", "case", "index", "actual",
                                       "expected", "max_abs", "atol", "message", "upstream_taps",
-                                      "upstream_max_abs", "by_case"} ]},
-      "runs": [ {"backend", "precision", "seconds", "status", "message"} ]
+                                      "upstream_max_abs", "by_case", "n_bad", "location", "axes",
+                                      "previous_tap", "previous_max_abs"} ]},
+      "runs": [ {"backend", "precision", "seconds", "status", "message"} ],
+      "budget": [ {"backend", "precision", "tap", "status", "max_abs", "magnitude", "eps32_units",
+                   "eps64_units", "case", "index", "message"} ]  # against golden.fp64; see harness/budget.py
     }
+
+`location` names the worst cell by axis ("position 3 ('sleeps'), head 1, key position 0 ('.')"),
+and `axes` gives the same as {"position": 3, "head": 1, "key_position": 0}; `results` rows carry
+`n_bad`, the number of cells that break tolerance. The `budget` rows (added in version 1 without
+breaking it) include the fixture's own float32 golden as backend "golden.fp32".
 
 `status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. Infinite
 errors (structural failures: shape, dtype, NaN, infinity mismatch) are written as null.
@@ -72,21 +80,45 @@ def tap_line(s: TapSummary, width: int) -> str:
 
 
 def divergence_paragraph(d: FirstDivergence) -> str:
-    where = f" at {d.index}" if d.index is not None else ""
+    """One short paragraph: where the tier first breaks tolerance, both values, and how upstream agrees.
+
+    e.g. "pytorch fp32 vs fp32: first divergence at blocks.1.mlp.hook_pre, case grammar_2, position 4
+    ('sees'), neuron 0 [4, 0]: got 0.51, expected 0.5 (|diff| 1.0e-03 > atol 1e-05; 5 cells break
+    tolerance). Upstream agrees: the 29 taps before it are within 4.8e-07 (the last one,
+    blocks.1.ln2.hook_normalized, within 2.4e-07). 8 of 9 cases first diverge here; ..."
+    """
+    where = ""
+    if d.location:
+        where = f", {d.location} {d.index}"
+    elif d.index is not None:
+        where = f" at {d.index}"
     values = ""
-    if d.actual is not None and d.expected is not None:
-        values = f": got {d.actual:.9g}, expected {d.expected:.9g} (|diff| {_num(d.max_abs)} > atol {d.atol:g})"
+    if d.actual is not None and d.expected is not None and not d.message:
+        cells = f"; {d.n_bad} cell{'s' if d.n_bad != 1 else ''} break tolerance" if d.n_bad else ""
+        values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
+                  f"(|diff| {_num(d.max_abs)} > atol {d.atol:g}{cells})")
     elif d.message:
         values = f": {d.message}"
     if d.upstream_taps == 0:
-        upstream = "it is the first tap"
+        upstream = "It is the first tap compared: nothing upstream to check."
     else:
-        upstream = f"the {d.upstream_taps} upstream taps agree within {_num(d.upstream_max_abs)}"
+        def within(x: float | None) -> str:
+            return "exactly" if x == 0 else f"within {_num(x)}"
+
+        upstream = (f"Upstream agrees: the {d.upstream_taps} tap{'s' if d.upstream_taps != 1 else ''} "
+                    f"before it agree {within(d.upstream_max_abs)}")
+        if d.previous_tap is not None and d.previous_max_abs is not None:
+            upstream += f" (the last one, {d.previous_tap}, {within(d.previous_max_abs)})"
+        upstream += "."
+    here = sum(1 for t in d.by_case.values() if t == d.tap)
     others = {c: t for c, t in d.by_case.items() if t != d.tap}
     text = (f"{d.backend} {tier_label(d.precision, d.golden)}: first divergence at {d.tap}, "
-            f"case {d.case}{where}{values}; {upstream}.")
-    if others:
-        text += " Other cases first diverge at: " + ", ".join(f"{c} -> {t}" for c, t in others.items()) + "."
+            f"case {d.case}{where}{values}. {upstream}")
+    if d.by_case:
+        text += f" {here} of the {len(d.by_case)} diverging case{'s' if len(d.by_case) != 1 else ''} first break here"
+        if others:
+            text += "; the others first at: " + ", ".join(f"{c} -> {t}" for c, t in others.items())
+        text += "."
     return text
 
 
@@ -96,7 +128,17 @@ def _not_supported_line(group: list[TapSummary]) -> str:
     return f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} not supported: {taps}"
 
 
-def print_report(report: Report, out: TextIO, verbose: bool = False) -> None:
+def print_budget(report: Report, out: TextIO) -> None:
+    """The error budget section (`parity run --budget`): every result against the float64 truth."""
+    from harness.budget import format_budget
+
+    fixture_taps = list(dict.fromkeys(r.tap for r in report.budget))
+    print(file=out)
+    for line in format_budget(report.budget, fixture_taps):
+        print(line, file=out)
+
+
+def print_report(report: Report, out: TextIO, verbose: bool = False, budget: bool = False) -> None:
     """One line per backend x precision x tap (worst over cases), consecutive unsupported taps folded."""
     width = max((len(s.tap) for s in report.summaries), default=10)
     pending: list[TapSummary] = []
@@ -133,6 +175,8 @@ def print_report(report: Report, out: TextIO, verbose: bool = False) -> None:
         print(file=out)
         for d in report.divergences:
             print(divergence_paragraph(d), file=out)
+    if budget:
+        print_budget(report, out)
     print(file=out)
     print(verdict_line(report), file=out)
 
@@ -171,6 +215,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "taps": [asdict(s) for s in report.summaries],
         "first_divergence": by_backend,
         "runs": [asdict(r) for r in report.runs],
+        "budget": [asdict(b) for b in report.budget],
     })
 
 

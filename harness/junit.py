@@ -1,0 +1,103 @@
+"""JUnit XML for CI systems (`parity run --junit PATH`): one testcase per backend x precision x golden x tap.
+
+    <testsuites name="parity" tests= failures= errors= skipped=>
+      <testsuite name="parity.<backend>.<precision>_vs_<golden>" tests= failures= errors= skipped=>
+        <testcase classname="parity.<backend>.<precision>_vs_<golden>" name="<tap>">
+          <failure message="..." type="tolerance">every failing case, one line each</failure>
+          or <skipped message="not supported"/>
+        </testcase>
+      </testsuite>
+      <testsuite name="parity.<backend>.<precision>">          (only for a run that could not complete)
+        <testcase classname="parity.<backend>.<precision>" name="run"><error message="..."/></testcase>
+      </testsuite>
+    </testsuites>
+
+A testcase passes when the tap agrees in every case; its failure message is the worst case's.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from harness.compare import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
+from harness.errors import ParityError
+from harness.runner import Report
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def classname(backend: str, precision: str, golden: str) -> str:
+    return f"parity.{backend}.{precision}_vs_{golden}"
+
+
+def _failure_line(r: CheckResult) -> str:
+    if r.message:
+        return f"case {r.case}: {r.message}"
+    return (f"case {r.case}: max_abs {_num(r.max_abs)} > atol {r.atol:g} (rtol {r.rtol:g}) at {r.index}: "
+            f"got {r.actual!r}, expected {r.expected!r}; {r.n_bad} cell(s) out of tolerance")
+
+
+def _testcase(suite: ET.Element, s: TapSummary, results: list[CheckResult]) -> None:
+    case = ET.SubElement(suite, "testcase", classname=classname(s.backend, s.precision, s.golden), name=s.tap,
+                         time="0")
+    if s.status == NOT_SUPPORTED:
+        ET.SubElement(case, "skipped", message="not supported by this backend")
+    elif s.status == FAIL:
+        failing = [r for r in results if r.status == FAIL]
+        worst = next((r for r in failing if r.case == s.worst_case), failing[0] if failing else None)
+        message = f"{s.tap}: {s.n_failed}/{s.n_cases} cases out of tolerance"
+        if worst is not None:
+            message += "; worst " + _failure_line(worst)
+        failure = ET.SubElement(case, "failure", message=message, type="tolerance")
+        failure.text = "\n".join(_failure_line(r) for r in failing)
+
+
+def junit_element(report: Report) -> ET.Element:
+    """The report as a JUnit XML <testsuites> element (see the module docstring)."""
+    root = ET.Element("testsuites", name="parity")
+    by_tier: dict[tuple[str, str, str], list[TapSummary]] = {}
+    for s in report.summaries:
+        by_tier.setdefault((s.backend, s.precision, s.golden), []).append(s)
+    results: dict[tuple[str, str, str, str], list[CheckResult]] = {}
+    for r in report.results:
+        results.setdefault((r.backend, r.precision, r.golden, r.tap), []).append(r)
+    seconds = {(run.backend, run.precision): run.seconds for run in report.runs}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for (backend, precision, golden), summaries in by_tier.items():
+        counts = {
+            "tests": len(summaries),
+            "failures": sum(1 for s in summaries if s.status == FAIL),
+            "errors": 0,
+            "skipped": sum(1 for s in summaries if s.status == NOT_SUPPORTED),
+        }
+        suite = ET.SubElement(root, "testsuite", {
+            "name": classname(backend, precision, golden), **{k: str(v) for k, v in counts.items()},
+            "time": f"{seconds.get((backend, precision), 0.0):.3f}",
+        })
+        for s in summaries:
+            _testcase(suite, s, results.get((s.backend, s.precision, s.golden, s.tap), []))
+        for k, v in counts.items():
+            totals[k] += v
+    for run in report.errors:
+        name = f"parity.{run.backend}.{run.precision}"
+        suite = ET.SubElement(root, "testsuite", name=name, tests="1", failures="0", errors="1", skipped="0",
+                              time=f"{run.seconds:.3f}")
+        case = ET.SubElement(suite, "testcase", classname=name, name="run", time=f"{run.seconds:.3f}")
+        ET.SubElement(case, "error", message=run.message, type="backend_error")
+        totals["tests"] += 1
+        totals["errors"] += 1
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    return root
+
+
+def write_junit(report: Report, path: Path) -> None:
+    """Write the JUnit XML file."""
+    try:
+        ET.ElementTree(junit_element(report)).write(path, encoding="utf-8", xml_declaration=True)
+    except OSError as exc:
+        raise ParityError(f"{path}: cannot write the JUnit file ({exc.strerror or exc})") from None

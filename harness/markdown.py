@@ -1,0 +1,81 @@
+"""A Markdown summary of a parity run (`parity run --markdown PATH`), for pull requests and CI pages.
+
+One table row per backend x tier: taps passed / failed / not supported, the tap that used most of
+its tolerance and its max error, then the first divergences and the verdict. When the environment
+variable GITHUB_STEP_SUMMARY is set (GitHub Actions), the same text is appended to that file too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from harness.compare import FAIL, NOT_SUPPORTED, OK, TapSummary
+from harness.report import divergence_paragraph, tier_label, verdict_line
+from harness.runner import Report
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return "inf" if math.isinf(x) else f"{x:.1e}"
+
+
+def _used(s: TapSummary) -> float:
+    """How much of its tolerance a tap used: min_atol / atol (> 1 fails); inf for a structural failure."""
+    if s.min_atol is None:
+        return -1.0
+    if s.atol == 0:
+        return math.inf if s.min_atol > 0 else 0.0
+    return s.min_atol / s.atol
+
+
+def summary_rows(report: Report) -> list[list[str]]:
+    """The table body: one row per backend x precision x golden tier, in report order."""
+    tiers: dict[tuple[str, str, str], list[TapSummary]] = {}
+    for s in report.summaries:
+        tiers.setdefault((s.backend, s.precision, s.golden), []).append(s)
+    rows = []
+    for (backend, precision, golden), group in tiers.items():
+        measured = [s for s in group if s.status != NOT_SUPPORTED]
+        n_ok = sum(1 for s in group if s.status == OK)
+        n_fail = sum(1 for s in group if s.status == FAIL)
+        verdict = "FAIL" if n_fail else "pass" if n_ok else "n/a"
+        worst = max(measured, key=_used, default=None)
+        if worst is None:
+            worst_tap, worst_err, used = "-", "-", "-"
+        else:
+            u = _used(worst)
+            worst_tap = f"`{worst.tap}`"
+            worst_err = f"{_num(worst.max_abs)} (atol {worst.atol:g})"
+            used = "inf" if math.isinf(u) else f"{100 * u:.0f}%" if u < 10 else f"{u:.2g}x"
+        rows.append([backend, tier_label(precision, golden), verdict, str(n_ok), str(n_fail),
+                     str(len(group) - len(measured)), worst_tap, worst_err, used])
+    return rows
+
+
+def markdown_summary(report: Report) -> str:
+    """The whole summary as Markdown text."""
+    header = ["backend", "tier", "verdict", "taps passed", "failed", "not supported", "worst tap", "max error",
+              "tolerance used"]
+    lines = ["## parity", "", f"Fixture `{report.fixture}`.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(report)]
+    for run in report.errors:
+        lines.append(f"| {run.backend} | {run.precision} | ERROR | | | | | {run.message} | |")
+    if report.divergences:
+        lines += ["", "### First divergences", ""]
+        lines += [f"- {divergence_paragraph(d)}" for d in report.divergences]
+    lines += ["", f"**{verdict_line(report)}**", ""]
+    return "\n".join(lines)
+
+
+def write_markdown(report: Report, path: Path) -> None:
+    """Write the summary to `path`, and append it to $GITHUB_STEP_SUMMARY when that is set."""
+    text = markdown_summary(report)
+    path.write_text(text, encoding="utf-8")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
