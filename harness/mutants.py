@@ -1,0 +1,187 @@
+"""The mutant catalog: realistic porting bugs, each a small exact-string patch of an implementation.
+
+A mutant patches a temporary copy of one file: `ts_model/model.ts` (target "typescript", run by
+the typescript backend through `PARITY_TS_DIR`) or `reference/model.py` (target "reference",
+loaded as a module and run like the pytorch backend in float32 and float64). Each patch is an
+(anchor, replacement) pair whose anchor must occur exactly once in the file: a missing or repeated
+anchor raises `MutantAnchorError`, so the catalog cannot rot silently when the models change.
+
+For every mutant the catalog states the first tap (dataflow order, REFERENCE.md section 2) where
+it should show, and whether only the fp64 tier (float64 result vs the float64 golden at ~1e-12)
+should catch it: such a bug stays under the fp32 tolerance (1e-5) in every fp32-tolerance
+comparison. `harness.selftest` runs them all and checks both claims against the fixture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from harness.errors import ParityError
+
+Target = Literal["typescript", "reference"]
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_DIRS: dict[Target, Path] = {"typescript": REPO / "ts_model", "reference": REPO / "reference"}
+
+
+class MutantAnchorError(ParityError):
+    """A mutant's anchor text is missing from (or repeated in) the file it patches: fix the catalog."""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One porting bug: where it goes, how it is made, and where and by which tier it should be caught."""
+
+    name: str  # "ts-..." patches ts_model/, "py-..." patches reference/
+    target: Target
+    file: str  # the patched file, relative to the target's directory
+    patches: tuple[tuple[str, str], ...]  # (anchor, replacement): each anchor must match exactly once
+    description: str  # one line: the bug
+    expected_tap: str  # the first tap, in dataflow order, where it must show
+    fp64_only: bool  # True: under 1e-5 everywhere, only the fp64 tier (1e-12) can see it
+
+    def apply(self, text: str) -> str:
+        """The patched text; MutantAnchorError if an anchor is not found exactly once."""
+        for anchor, replacement in self.patches:
+            count = text.count(anchor)
+            if count != 1:
+                where = "not found" if count == 0 else f"found {count} times"
+                raise MutantAnchorError(
+                    f"mutant {self.name!r}: anchor {anchor.strip()[:70]!r} {where} in {self.target}/{self.file} "
+                    "(expected exactly once): update harness/mutants.py to the current source"
+                )
+            text = text.replace(anchor, replacement)
+        return text
+
+    def patch_file(self, root: Path) -> None:
+        """Patch `root / self.file` in place (root is a temporary copy of the target directory)."""
+        path = root / self.file
+        path.write_text(self.apply(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def _ts(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False) -> Mutant:
+    return Mutant(name, "typescript", "model.ts", patches, description, tap, fp64_only)
+
+
+def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False) -> Mutant:
+    return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only)
+
+
+_TS_MASK = "scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;"
+_TS_GELU = "out.data[i] = 0.5 * v * (1.0 + erf(v / Math.SQRT2));"
+_TS_ANGLE = "const angle = pos * invFreq[i]; // (T, d/2)"
+_TS_ERF_AS = '''/** Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 (the mutant's erf). */
+function erfAS(x: number): number {
+  const a = Math.abs(x);
+  const t = 1 / (1 + 0.3275911 * a);
+  const poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t;
+  return Math.sign(x) * (1 - poly * Math.exp(-a * a));
+}
+
+/** The exact GELU, x * Phi(x)'''
+_PY_ERF_AS = '''    u = (x / math.sqrt(2.0)).abs()  # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7
+    t = 1.0 / (1.0 + 0.3275911 * u)
+    poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
+    return 0.5 * x * (1.0 + torch.sign(x) * (1.0 - poly * torch.exp(-u * u)))'''
+_PY_UNTIED = '''def _untied_lm_head(wte: Tensor) -> Tensor:
+    """A separate output layer, freshly initialized because the checkpoint has no lm_head.weight."""
+    gen = torch.Generator().manual_seed(0)
+    return (torch.randn(wte.shape, generator=gen, dtype=torch.float64) * 0.02).to(wte.dtype)
+
+
+def unembed('''
+
+CATALOG: tuple[Mutant, ...] = (
+    # -- TypeScript port (float64 only: the fp64 tier and the fp64-vs-fp32 comparison) ------------
+    _ts("ts-no-causal-mask", ((_TS_MASK, "scores.data[(h * T + i) * T + j] = dot / rootDh;"),),
+        "no causal mask: every query sees future keys", "blocks.0.attn.hook_attn_scores"),
+    _ts("ts-mask-off-by-one", (("config.causal && j > i ?", "config.causal && j > i + 1 ?"),),
+        "mask off by one: query i also sees key i+1", "blocks.0.attn.hook_attn_scores"),
+    _ts("ts-scale-sqrt-d-model", (("const rootDh = Math.sqrt(dh);", "const rootDh = Math.sqrt(d);"),),
+        "scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)", "blocks.0.attn.hook_attn_scores"),
+    _ts("ts-qk-swapped", (("dot += q.data[(i * H + h) * dh + e] * k.data[(j * H + h) * dh + e];",
+                           "dot += k.data[(i * H + h) * dh + e] * q.data[(j * H + h) * dh + e];"),),
+        "q and k swapped in the scores (k_i . q_j: the transpose; invisible for T = 1)",
+        "blocks.0.attn.hook_attn_scores"),
+    _ts("ts-heads-wrong-order", (
+        ("for (let c = 0; c < d; c++) {",
+         "for (let c = 0; c < d; c++) {\n      const src = (c % dh) * H + Math.floor(c / dh); // read as [dh, H]"),
+        ("q.data[t * d + c] = qkv.data[t * 3 * d + c];", "q.data[t * d + c] = qkv.data[t * 3 * d + src];"),
+        ("k.data[t * d + c] = qkv.data[t * 3 * d + d + c];", "k.data[t * d + c] = qkv.data[t * 3 * d + d + src];"),
+        ("v.data[t * d + c] = qkv.data[t * 3 * d + 2 * d + c];",
+         "v.data[t * d + c] = qkv.data[t * 3 * d + 2 * d + src];"),
+    ), "heads split in the wrong order: columns read as [d_head, H] instead of [H, d_head]",
+        "blocks.0.attn.hook_q"),
+    _ts("ts-ln-unbiased-variance",
+        (("const s = Math.sqrt(sq / d + eps);", "const s = Math.sqrt(sq / (d - 1) + eps);"),),
+        "LayerNorm variance divided by d - 1 (unbiased) instead of d", "blocks.0.ln1.hook_scale"),
+    _ts("ts-gelu-tanh", ((_TS_GELU, "out.data[i] = 0.5 * v * (1.0 + Math.tanh(Math.sqrt(2 / Math.PI) * "
+                                    "(v + 0.044715 * v * v * v)));"),),
+        "tanh-approximated GELU (GPT-2's gelu_new) instead of the exact erf GELU", "blocks.0.mlp.hook_post"),
+    _ts("ts-erf-polynomial", (
+        ("/** The exact GELU, x * Phi(x)", _TS_ERF_AS),
+        (_TS_GELU, "out.data[i] = 0.5 * v * (1.0 + erfAS(v / Math.SQRT2));"),
+    ), "erf by the Abramowitz-Stegun 7.1.26 polynomial (error 1.5e-7)", "blocks.0.mlp.hook_post", fp64_only=True),
+    _ts("ts-positions-float32", (
+        ("invFreq[i] = Math.pow(10000, -(2 * i) / dModel);",
+         "invFreq[i] = Math.fround(Math.pow(10000, Math.fround(-(2 * i) / dModel)));"),
+        (_TS_ANGLE, "const angle = Math.fround(pos * invFreq[i]); // (T, d/2)"),
+        ("= Math.sin(angle);", "= Math.fround(Math.sin(angle));"),
+        ("= Math.cos(angle);", "= Math.fround(Math.cos(angle));"),
+    ), "sinusoidal positions computed in float32 (Math.fround at each step)", "hook_pos_embed", fp64_only=True),
+    _ts("ts-positions-shifted", ((_TS_ANGLE, "const angle = (pos + 1) * invFreq[i]; // (T, d/2)"),),
+        "positions counted from 1 instead of 0", "hook_pos_embed"),
+    _ts("ts-float32-accumulation", (
+        ("for (let j = 0; j < m; j++) od[row + j] += xk * wd[wrow + j];",
+         "for (let j = 0; j < m; j++) od[row + j] = Math.fround(od[row + j] + xk * wd[wrow + j]);"),
+        ("if (b !== null) for (let j = 0; j < m; j++) od[row + j] += b.data[j];",
+         "if (b !== null) for (let j = 0; j < m; j++) od[row + j] = Math.fround(od[row + j] + b.data[j]);"),
+    ), "Conv1D (x @ W + b) accumulated in float32, as with a Float32Array buffer", "blocks.0.attn.hook_q",
+        fp64_only=True),
+    _ts("ts-final-ln-unused", (('return linearTransposed(ln, param(params, "wte.weight")); // (T, V)',
+                                'return linearTransposed(x, param(params, "wte.weight")); // (T, V)'),),
+        "final LayerNorm computed but not applied: logits read the raw residual stream", "logits"),
+    # -- Python mutants of the reference (float32 and float64: all three comparisons) ------------
+    _py("py-post-ln", (
+        ('    ln1 = layer_norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], config.ln_eps, taps, '
+         'f"{name}.ln1")\n    attn_out = attention(ln1,', "    attn_out = attention(x,"),
+        ("    resid_mid = x + attn_out  # (T, d)",
+         '    resid_mid = layer_norm(x + attn_out, params[p + "ln_1.weight"], params[p + "ln_1.bias"], '
+         'config.ln_eps, taps, f"{name}.ln1")'),
+        ('    ln2 = layer_norm(\n        resid_mid, params[p + "ln_2.weight"], params[p + "ln_2.bias"], '
+         'config.ln_eps, taps, f"{name}.ln2"\n    )\n    mlp_out = mlp(ln2,', "    mlp_out = mlp(resid_mid,"),
+        ("    resid_post = resid_mid + mlp_out  # (T, d)",
+         '    resid_post = layer_norm(resid_mid + mlp_out, params[p + "ln_2.weight"], params[p + "ln_2.bias"], '
+         'config.ln_eps, taps, f"{name}.ln2")'),
+    ), "post-LN (x = LN(x + Attn(x))) instead of GPT-2's pre-LN", "blocks.0.ln1.hook_scale"),
+    _py("py-gelu-relu", (("    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))", "    return torch.relu(x)"),),
+        "ReLU instead of GELU", "blocks.0.mlp.hook_post"),
+    _py("py-erf-polynomial", (("    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))", _PY_ERF_AS),),
+        "erf by the Abramowitz-Stegun 7.1.26 polynomial (error 1.5e-7)", "blocks.0.mlp.hook_post", fp64_only=True),
+    _py("py-ln-eps", (("scale = torch.sqrt(var + eps)  # (T, 1)", "scale = torch.sqrt(var + 1e-6)  # (T, 1)"),),
+        "LayerNorm eps 1e-6 instead of the config's 1e-5", "blocks.0.ln1.hook_scale"),
+    _py("py-no-conv1d-transpose", (('out: Tensor = z_flat @ params[prefix + "c_proj.weight"] +',
+                                    'out: Tensor = z_flat @ params[prefix + "c_proj.weight"].T +'),),
+        "attention c_proj weight used as nn.Linear [out, in], without the Conv1D transpose",
+        "blocks.0.hook_attn_out"),
+    _py("py-softmax-wrong-axis",
+        (("pattern = torch.softmax(scores, dim=-1)", "pattern = torch.softmax(scores, dim=-2)"),),
+        "attention softmax over queries instead of keys", "blocks.0.attn.hook_pattern"),
+    _py("py-untied-output", (
+        ("def unembed(", _PY_UNTIED),
+        ('    return ln @ params["wte.weight"].T  # (T, V)', '    return ln @ _untied_lm_head(params["wte.weight"]).T'),
+    ), "untied output layer: a fresh lm_head instead of wte^T", "logits"),
+)
+
+
+def by_name(names: list[str] | None) -> list[Mutant]:
+    """The catalog, or the named mutants in catalog order; ParityError (exit 2) for an unknown name."""
+    if names is None:
+        return list(CATALOG)
+    known = {m.name for m in CATALOG}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ParityError(f"unknown mutant {unknown[0]!r} (known: {', '.join(m.name for m in CATALOG)})")
+    return [m for m in CATALOG if m.name in names]

@@ -1,0 +1,310 @@
+"""`parity selftest`: does the harness catch real porting bugs? Run every mutant through it.
+
+Each mutant of `harness.mutants.CATALOG` patches a temporary copy of an implementation and is run
+through `run_parity` like any backend: typescript mutants by the typescript backend with
+`PARITY_TS_DIR` pointing at the patched copy (float64), reference mutants as a module loaded from
+the patched reference/model.py, computed like the pytorch backend in float32 and float64.
+
+Per mutant: caught (any comparison failed, or the run stopped with an error), the tiers that
+caught it, the first diverging tap reported (the earliest, in dataflow order, over the tiers that
+caught it), whether it is the catalog's expected tap, and whether it was caught only by the fp64
+tier (float64 vs the float64 golden fails, every fp32-tolerance comparison passes). Before the
+mutants, a control run checks that the unpatched copies pass. Exit 0 only when the control passes,
+every mutant is caught, at least 90% are localized at their expected tap and at least 3 are
+fp64-only; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import ClassVar, TextIO
+
+from harness.backends.base import Backend, BackendOutput, Precision
+from harness.backends.typescript_backend import TypeScriptBackend
+from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
+from harness.fixture import Fixture
+from harness.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
+from harness.runner import Report, run_parity
+
+MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
+MIN_FP64_ONLY = 3  # mutants only the fp64 tier can see
+
+# Tier labels: "computed precision / golden file".
+TIER_FP32 = "fp32/fp32"
+TIER_FP64 = "fp64/fp64"
+TIER_FP64_VS_FP32 = "fp64/fp32"
+
+
+class ReferenceModuleBackend(Backend):
+    """A (possibly patched) copy of reference/model.py, computed like the pytorch backend."""
+
+    name: ClassVar[str] = "reference-mutant"
+    description: ClassVar[str] = "a patched copy of reference/model.py (parity selftest)"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    requires: ClassVar[tuple[str, ...]] = ("torch",)
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        import numpy as np
+        import torch
+
+        dtype = torch.float32 if precision == "fp32" else torch.float64
+        torch.set_num_threads(1)  # bit-reproducible reductions, as the pytorch backend
+        params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in fixture.weights().items()}
+        out: BackendOutput = {}
+        for case in fixture.cases:
+            taps = self.module.run_with_taps(params, fixture.config, list(case.tokens))
+            out[case.name] = {tap: np.ascontiguousarray(t.numpy()) for tap, t in taps.items()}
+        return out
+
+
+def copy_target(target: Target, dest: Path, mutant: Mutant | None) -> Path:
+    """Copy the target's directory to `dest` and apply the mutant's patches (none for the control)."""
+    shutil.copytree(TARGET_DIRS[target], dest, ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    if mutant is not None:
+        mutant.patch_file(dest)
+    return dest
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """Import a Python file under a private module name (registered while it executes)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ParityError(f"cannot load {path} as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    return module
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir: Path) -> Report:
+    """One run of the harness on a copy of `target`, patched by `mutant` (unpatched if None)."""
+    label = mutant.name if mutant is not None else f"control-{target}"
+    root = copy_target(target, workdir / label, mutant)
+    if target == "typescript":
+        with _env("PARITY_TS_DIR", str(root)):
+            return run_parity(fixture, [TypeScriptBackend()], ["fp64"], progress=None)
+    module = load_module(root / "model.py", f"_parity_selftest_{label.replace('-', '_')}")
+    return run_parity(fixture, [ReferenceModuleBackend(module)], ["fp32", "fp64"], progress=None)
+
+
+def tier_of(precision: str, golden: str) -> str:
+    return f"{precision}/{golden}"
+
+
+@dataclass
+class Outcome:
+    """What the harness reported for one mutant (or control run)."""
+
+    name: str
+    target: str
+    description: str
+    expected_tap: str
+    expected_fp64_only: bool
+    caught: bool = False
+    tiers: list[str] = field(default_factory=list)  # the comparisons that failed, e.g. ["fp64/fp64"]
+    first_tap: str | None = None  # earliest first-diverging tap over the failing tiers
+    first_tier: str | None = None  # the tier that reported it
+    error: str = ""  # the run stopped with an error (counts as caught, never as localized)
+    blind_cases: list[str] = field(default_factory=list)  # fixture cases where no comparison failed
+    max_abs: dict[str, float] = field(default_factory=dict)  # tier -> worst finite error over every tap and case
+    seconds: float = 0.0
+
+    @property
+    def localized(self) -> bool:
+        return self.first_tap == self.expected_tap
+
+    @property
+    def fp64_only(self) -> bool:
+        """Caught by float64 vs the float64 golden only: every fp32-tolerance comparison passed."""
+        return self.tiers == [TIER_FP64]
+
+
+def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -> Outcome:
+    order = {t: i for i, t in enumerate(fixture.tap_names)}
+    out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
+                  seconds=seconds)
+    failed = {tier_of(r.precision, r.golden) for r in report.results if r.passed is False}
+    out.tiers = [t for t in (TIER_FP32, TIER_FP64, TIER_FP64_VS_FP32) if t in failed]
+    out.caught = report.exit_code != EXIT_OK
+    seen = {r.case for r in report.results if r.passed is False}
+    for r in report.results:
+        if r.max_abs is not None and math.isfinite(r.max_abs):
+            tier = tier_of(r.precision, r.golden)
+            out.max_abs[tier] = max(out.max_abs.get(tier, 0.0), r.max_abs)
+    out.blind_cases = [c.name for c in fixture.cases if c.name not in seen]
+    if report.divergences:
+        first = min(report.divergences, key=lambda d: order[d.tap])
+        out.first_tap, out.first_tier = first.tap, tier_of(first.precision, first.golden)
+    return out
+
+
+@dataclass
+class SelftestResult:
+    fixture: str
+    controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed, else why not
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def n_caught(self) -> int:
+        return sum(o.caught for o in self.outcomes)
+
+    @property
+    def n_localized(self) -> int:
+        return sum(o.localized for o in self.outcomes)
+
+    @property
+    def n_fp64_only(self) -> int:
+        return sum(o.fp64_only for o in self.outcomes)
+
+    @property
+    def control_passed(self) -> bool:
+        return all(not why for why in self.controls.values())
+
+    def failures(self) -> list[str]:
+        """Why the selftest fails, one line each (empty when it passes)."""
+        n = len(self.outcomes)
+        why = [f"control run of the unpatched {t} failed: {m}" for t, m in self.controls.items() if m]
+        if n == 0:
+            why.append("no mutants were run")
+        if self.n_caught < n:
+            missed = [o.name for o in self.outcomes if not o.caught]
+            why.append(f"{n - self.n_caught} mutant(s) not caught: {', '.join(missed)}")
+        if n and self.n_localized < MIN_LOCALIZED * n:
+            why.append(f"only {self.n_localized}/{n} localized at the expected tap (need {MIN_LOCALIZED:.0%})")
+        if self.n_fp64_only < MIN_FP64_ONLY:
+            why.append(f"only {self.n_fp64_only} mutant(s) caught by the fp64 tier alone (need {MIN_FP64_ONLY})")
+        return why
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_DISAGREE if self.failures() else EXIT_OK
+
+    def totals_line(self) -> str:
+        n = len(self.outcomes)
+        pct = round(100 * self.n_localized / n) if n else 0
+        return (f"mutants caught {self.n_caught}/{n}, localized {self.n_localized}/{n} ({pct}%), "
+                f"fp64-only {self.n_fp64_only}")
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "fixture": self.fixture,
+            "controls": self.controls,
+            "mutants": [{**asdict(o), "localized": o.localized, "fp64_only": o.fp64_only} for o in self.outcomes],
+            "totals": {"mutants": len(self.outcomes), "caught": self.n_caught, "localized": self.n_localized,
+                       "fp64_only": self.n_fp64_only},
+            "exit_code": self.exit_code,
+            "failures": self.failures(),
+        }
+
+
+def _control_message(report: Report) -> str:
+    if report.exit_code == EXIT_OK:
+        return ""
+    if report.divergences:
+        d = report.divergences[0]
+        return f"{tier_of(d.precision, d.golden)} diverges at {d.tap} (max_abs {d.max_abs:.3g})"
+    return f"exit code {report.exit_code}"
+
+
+def run_selftest(
+    fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None
+) -> SelftestResult:
+    """The control runs (unpatched copies of each target used), then every mutant."""
+    say = progress or (lambda _msg: None)
+    for mutant in mutants:  # a rotten anchor fails fast (exit 2), before any run
+        mutant.apply((TARGET_DIRS[mutant.target] / mutant.file).read_text(encoding="utf-8"))
+    result = SelftestResult(str(fixture.root))
+    with tempfile.TemporaryDirectory(prefix="parity-selftest-") as tmp:
+        work = Path(tmp)
+        for target in dict.fromkeys(m.target for m in mutants):
+            say(f"parity selftest: control run of the unpatched {target}")
+            try:
+                result.controls[target] = _control_message(run_target(fixture, target, None, work))
+            except ParityError as exc:
+                result.controls[target] = str(exc)
+        for mutant in mutants:
+            say(f"parity selftest: {mutant.name}")
+            start = time.perf_counter()
+            try:
+                report = run_target(fixture, mutant.target, mutant, work)
+            except MutantAnchorError:
+                raise  # a rotten catalog is bad input (exit 2), not a caught mutant
+            except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
+                outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
+                                  mutant.fp64_only, caught=True, error=str(exc))
+            else:
+                outcome = classify(mutant, report, fixture, time.perf_counter() - start)
+            outcome.seconds = time.perf_counter() - start
+            result.outcomes.append(outcome)
+    return result
+
+
+def format_table(result: SelftestResult) -> list[str]:
+    """The table: mutant, caught, tiers that caught it, first diverging tap, expected tap, match."""
+    header = ("mutant", "caught", "tiers", "first diverging tap", "expected tap", "match")
+    rows = [header]
+    for o in result.outcomes:
+        tiers = ",".join(o.tiers) if o.tiers else ("error" if o.error else "-")
+        if o.fp64_only:
+            tiers += " (fp64 only)"
+        rows.append((o.name, "yes" if o.caught else "NO", tiers, o.first_tap or "-", o.expected_tap,
+                     "yes" if o.localized else "NO"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for o in result.outcomes:
+        if o.error:
+            lines.append(f"{o.name}: the run stopped with an error: {o.error}")
+        elif o.caught and o.fp64_only != o.expected_fp64_only:
+            claim = "fp64 only" if o.expected_fp64_only else "by an fp32-tolerance comparison too"
+            lines.append(f"{o.name}: the catalog says it is caught {claim}; it was caught by {', '.join(o.tiers)}")
+    blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in result.outcomes if o.caught and o.blind_cases]
+    if blind:
+        lines.append(f"invisible in some cases: {'; '.join(blind)}")
+    return lines
+
+
+def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
+    stream = out if out is not None else sys.stdout
+    for target, why in result.controls.items():
+        print(f"control ({target}, unpatched): {'FAIL: ' + why if why else 'pass'}", file=stream)
+    for line in format_table(result):
+        print(line, file=stream)
+    for why in result.failures():
+        print(f"selftest FAIL: {why}", file=stream)
+    print(result.totals_line(), file=stream)
+
+
+def write_json(result: SelftestResult, path: Path) -> None:
+    path.write_text(json.dumps(result.to_json(), indent=1) + "\n", encoding="utf-8")

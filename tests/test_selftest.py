@@ -1,0 +1,161 @@
+"""`parity selftest`: the harness catches the catalog's porting bugs, at the expected tap and tier.
+
+The acceptance run is `python -m harness selftest` in a subprocess: exit 0 and the totals line
+(every mutant caught, >= 90% localized at the expected tap, >= 3 caught by the fp64 tier alone).
+The unit tests keep the catalog honest: every anchor matches the current sources exactly once,
+a missing or repeated anchor is a clear error (exit 2 through the CLI), and a failing control run
+or an uncaught mutant makes the selftest fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import harness.cli
+import harness.mutants
+from harness.fixture import Fixture, load_fixture
+from harness.mutants import CATALOG, TARGET_DIRS, Mutant, MutantAnchorError, by_name
+from harness.selftest import run_selftest
+from tests.conftest import run_cli
+
+TOTALS = re.compile(r"^mutants caught (\d+)/(\d+), localized (\d+)/(\d+) \((\d+)%\), fp64-only (\d+)$")
+
+
+@pytest.fixture(scope="module")
+def fixture(toy_dir: Path) -> Fixture:
+    return load_fixture(toy_dir)
+
+
+# -- the acceptance run ---------------------------------------------------------------------------
+
+
+def test_selftest_catches_every_mutant(tmp_path: Path) -> None:
+    out = tmp_path / "selftest.json"
+    proc = run_cli("selftest", "-q", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    last = proc.stdout.splitlines()[-1]
+    match = TOTALS.match(last)
+    assert match, last
+    caught, n, localized, n2, pct, fp64_only = map(int, match.groups())
+    assert n == n2 == len(CATALOG) >= 15
+    assert caught == n
+    assert localized >= 0.9 * n and pct == round(100 * localized / n)
+    assert fp64_only >= 3
+    assert "control (typescript, unpatched): pass" in proc.stdout
+    assert "control (reference, unpatched): pass" in proc.stdout
+
+    report = json.loads(out.read_text())
+    assert report["exit_code"] == 0 and report["failures"] == []
+    assert all(why == "" for why in report["controls"].values())
+    for row in report["mutants"]:
+        # The catalog's claims hold on the committed fixture: the tap and the tier.
+        assert row["caught"] and not row["error"], row
+        assert row["fp64_only"] == row["expected_fp64_only"], row
+        if row["fp64_only"]:
+            assert row["tiers"] == ["fp64/fp64"], row
+    localized_rows = [r for r in report["mutants"] if r["localized"]]
+    assert len(localized_rows) == localized
+
+
+def test_only_runs_the_named_mutants() -> None:
+    proc = run_cli("selftest", "-q", "--only", "ts-erf-polynomial,ts-positions-float32,py-erf-polynomial")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "mutants caught 3/3, localized 3/3 (100%), fp64-only 3"
+
+
+def test_unknown_mutant_exits_2_with_one_line() -> None:
+    proc = run_cli("selftest", "--only", "ts-no-such-bug")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [proc.stderr.splitlines()[0]]
+    assert "unknown mutant 'ts-no-such-bug'" in proc.stderr
+
+
+# -- the catalog ----------------------------------------------------------------------------------
+
+
+def test_catalog_shape(fixture: Fixture) -> None:
+    names = [m.name for m in CATALOG]
+    assert len(names) == len(set(names)) >= 15
+    assert sum(m.fp64_only for m in CATALOG) >= 3
+    for m in CATALOG:
+        assert m.expected_tap in fixture.tap_names, m.name
+        assert m.name.startswith({"typescript": "ts-", "reference": "py-"}[m.target]), m.name
+        assert m.description and m.patches
+
+
+@pytest.mark.parametrize("mutant", CATALOG, ids=[m.name for m in CATALOG])
+def test_every_anchor_matches_the_current_source_once(mutant: Mutant) -> None:
+    source = (TARGET_DIRS[mutant.target] / mutant.file).read_text(encoding="utf-8")
+    patched = mutant.apply(source)
+    assert patched != source
+
+
+def test_missing_anchor_is_a_clear_error() -> None:
+    bad = Mutant("ts-rotten", "typescript", "model.ts", (("const rootDh = Math.sqrt(d_head);", "x"),),
+                 "an anchor the model no longer contains", "blocks.0.attn.hook_attn_scores", False)
+    source = (TARGET_DIRS["typescript"] / "model.ts").read_text(encoding="utf-8")
+    with pytest.raises(MutantAnchorError) as info:
+        bad.apply(source)
+    message = str(info.value)
+    assert "'ts-rotten'" in message and "not found" in message and "typescript/model.ts" in message
+    assert "Math.sqrt(d_head)" in message and "\n" not in message
+
+
+def test_repeated_anchor_is_a_clear_error() -> None:
+    bad = Mutant("py-ambiguous", "reference", "model.py", (("torch.softmax(", "torch.log_softmax("),),
+                 "an anchor that matches several places", "blocks.0.attn.hook_pattern", False)
+    source = (TARGET_DIRS["reference"] / "model.py").read_text(encoding="utf-8")
+    with pytest.raises(MutantAnchorError, match=r"'py-ambiguous'.*found \d+ times"):
+        bad.apply(source)
+
+
+def test_a_later_patch_sees_the_earlier_ones() -> None:
+    """Patches apply in order, and each anchor is checked against the text patched so far."""
+    twice = Mutant("ts-twice", "typescript", "model.ts",
+                   (("const rootDh = Math.sqrt(dh);", "const rootDh = Math.sqrt(d);"),
+                    ("const rootDh = Math.sqrt(dh);", "x")), "", "blocks.0.attn.hook_attn_scores", False)
+    with pytest.raises(MutantAnchorError, match="not found"):
+        twice.apply((TARGET_DIRS["typescript"] / "model.ts").read_text(encoding="utf-8"))
+
+
+def test_rotten_catalog_exits_2_through_the_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rotten = Mutant("py-rotten", "reference", "model.py", (("def gelu_exact(", "def gelu("),),
+                    "an anchor the reference no longer contains", "blocks.0.mlp.hook_post", False)
+    monkeypatch.setattr(harness.mutants, "CATALOG", (*CATALOG, rotten))
+    code = harness.cli.main(["selftest", "-q", "--only", "py-rotten"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("parity: error: mutant 'py-rotten': anchor")
+
+
+# -- the selftest's own failure modes -------------------------------------------------------------
+
+
+def test_an_invisible_mutant_fails_the_selftest(fixture: Fixture) -> None:
+    noop = Mutant("py-noop", "reference", "model.py",
+                  (("def gelu(x: Tensor) -> Tensor:", "def gelu(x: Tensor) -> Tensor:  # unchanged"),),
+                  "a change that computes the same numbers", "blocks.0.mlp.hook_post", False)
+    result = run_selftest(fixture, [noop, *by_name(["py-erf-polynomial"])])
+    assert result.exit_code == 1 and result.n_caught == 1
+    assert any("not caught: py-noop" in why for why in result.failures())
+    assert result.totals_line() == "mutants caught 1/2, localized 1/2 (50%), fp64-only 1"
+
+
+def test_a_failing_control_fails_the_selftest(
+    fixture: Fixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the unpatched implementation already disagrees, nothing the mutants show can be trusted."""
+    broken = tmp_path / "reference"
+    broken.mkdir()
+    source = (TARGET_DIRS["reference"] / "model.py").read_text(encoding="utf-8")
+    (broken / "model.py").write_text(by_name(["py-ln-eps"])[0].apply(source), encoding="utf-8")
+    monkeypatch.setitem(harness.mutants.TARGET_DIRS, "reference", broken)
+    result = run_selftest(fixture, by_name(["py-gelu-relu"]))
+    assert not result.control_passed and result.exit_code == 1
+    assert "control run of the unpatched reference failed" in result.failures()[0]
+    assert "blocks.0.ln1.hook_scale" in result.failures()[0]
