@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for precision in PRECISIONS:
         fixture.golden(precision)  # validate both golden files before spending time on backends
     fixture.weights()
-    print(f"parity: fixture {fixture.root} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
+    print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"backends: {', '.join(b.name for b in backends) or 'none'}")
     for line in skipped:
         print(f"parity: skipped: {line}")
@@ -112,6 +112,14 @@ def cmd_lens(args: argparse.Namespace) -> int:
         print(f"parity: skipped: {line}", file=sys.stderr)
     return run_lens(fixture, args.case, backends, Path(args.plot) if args.plot else None,
                     default_selection=names is None, out=sys.stdout, progress=_progress)
+
+
+def _display(path: Path) -> str:
+    """A path relative to the working directory when it is inside it, else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _progress(msg: str) -> None:

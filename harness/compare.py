@@ -164,6 +164,8 @@ def summarize_tap(results: list[CheckResult]) -> TapSummary:
     summary.min_atol = max((r.min_atol for r in results if r.min_atol is not None), default=None)
     summary.worst_case = worst.case
     summary.message = worst.message
+    if any(r.max_abs is None for r in failed):  # a missing tap has no error to report: say "-", not 0
+        summary.max_abs = summary.max_rel = summary.min_atol = None
     return summary
 
 
@@ -190,6 +192,7 @@ class FirstDivergence:
     axes: dict[str, int] = field(default_factory=dict)  # the same by axis name: {"position": 3, "dim": 5}
     previous_tap: str | None = None  # the tap just before it in dataflow order that was compared
     previous_max_abs: float | None = None  # that tap's worst error over cases
+    rtol: float = 0.0  # the tier's rtol for that tap (a cell passes when |diff| <= atol + rtol * |expected|)
 
 
 def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstDivergence | None:
@@ -212,6 +215,7 @@ def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstD
         worst.backend, worst.precision, worst.golden, tap, worst.case, worst.index, worst.actual, worst.expected,
         worst.max_abs, worst.atol, worst.message, len({r.tap for r in upstream}), upstream_max,
         dict(sorted(by_case.items())), worst.n_bad, previous_tap=previous, previous_max_abs=previous_max,
+        rtol=worst.rtol,
     )
 
 

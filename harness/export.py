@@ -30,6 +30,7 @@ from harness.errors import EXIT_DISAGREE, EXIT_OK, FixtureError
 from harness.fixture import FORMAT_NAME, FORMAT_VERSION, MANIFEST, load_fixture, read_safetensors, sha256_file
 
 FP32_ATOL = 1e-5  # the lesson's gate, see docs/tolerances.md
+FP32_RTOL = 1e-5  # float32 round-off grows with the magnitude (4 ulp at 27.6 measured), docs/tolerances.md
 FP64_ATOL = 1e-12  # measured float64 round-off budget, see docs/tolerances.md
 RETRAIN_LOSS_RTOL = 0.01  # on another platform: held-out loss of retrained vs committed weights, docs/fixtures.md
 SEED = 0
@@ -135,7 +136,7 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
         "cases": cases,
         "taps": [{"name": t, "shape": tap_shape_template(config, t)} for t in tap_names(config.n_layer)],
         "tolerances": {
-            "fp32": {"atol": FP32_ATOL, "rtol": 0.0, "overrides": {}},
+            "fp32": {"atol": FP32_ATOL, "rtol": FP32_RTOL, "overrides": {}},
             "fp64": {"atol": FP64_ATOL, "rtol": 0.0, "overrides": {}},
         },
         "files": files,

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, OK, TapSummary
-from harness.report import divergence_paragraph, tier_label, verdict_line
+from harness.report import divergence_paragraph, tier_label, tolerance_text, verdict_line
 from harness.runner import Report
 
 
@@ -48,7 +48,7 @@ def summary_rows(report: Report) -> list[list[str]]:
         else:
             u = _used(worst)
             worst_tap = f"`{worst.tap}`"
-            worst_err = f"{_num(worst.max_abs)} (atol {worst.atol:g})"
+            worst_err = f"{_num(worst.max_abs)} ({tolerance_text(worst.atol, worst.rtol)})"
             used = "inf" if math.isinf(u) else f"{100 * u:.0f}%" if u < 10 else f"{u:.2g}x"
         rows.append([backend, tier_label(precision, golden), verdict, str(n_ok), str(n_fail),
                      str(len(group) - len(measured)), worst_tap, worst_err, used])

@@ -66,12 +66,20 @@ def tier_label(precision: str, golden: str) -> str:
     return f"{precision} vs {golden}"
 
 
+def tolerance_text(atol: float, rtol: float, rule: bool = False) -> str:
+    """'atol 1e-05', or with an rtol 'atol 1e-05, rtol 1e-05' ('atol 1e-05 + rtol 1e-05 x |expected|')."""
+    if not rtol:
+        return f"atol {atol:g}"
+    return f"atol {atol:g} + rtol {rtol:g} x |expected|" if rule else f"atol {atol:g}, rtol {rtol:g}"
+
+
 def tap_line(s: TapSummary, width: int) -> str:
     label = f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
     if s.status == NOT_SUPPORTED:
         return f"{label}  n/a   not supported"
     verdict = "OK  " if s.passed else "FAIL"
-    line = f"{label}  {verdict}  max_abs {_num(s.max_abs)}  max_rel {_num(s.max_rel)}  (atol {s.atol:g})"
+    tol = tolerance_text(s.atol, s.rtol)
+    line = f"{label}  {verdict}  max_abs {_num(s.max_abs)}  max_rel {_num(s.max_rel)}  ({tol})"
     if not s.passed:
         line += f"  {s.n_failed}/{s.n_cases} cases, worst {s.worst_case}"
         if s.message:
@@ -96,7 +104,7 @@ def divergence_paragraph(d: FirstDivergence) -> str:
     if d.actual is not None and d.expected is not None and not d.message:
         cells = f"; {d.n_bad} cell{'s' if d.n_bad != 1 else ''} break tolerance" if d.n_bad else ""
         values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
-                  f"(|diff| {_num(d.max_abs)} > atol {d.atol:g}{cells})")
+                  f"(|diff| {_num(d.max_abs)} > {tolerance_text(d.atol, d.rtol, rule=True)}{cells})")
     elif d.message:
         values = f": {d.message}"
     if d.upstream_taps == 0:
