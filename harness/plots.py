@@ -105,12 +105,22 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
         if crosses:
             ax.plot(crosses, [top / 2] * len(crosses), linestyle="none", marker="x", markersize=9, color=color,
                     zorder=4)
-    tolerances = {golden: next(s.atol for s in report.summaries if s.golden == golden)
-                  for golden in dict.fromkeys(s.golden for s in report.summaries)}
-    for golden, atol in tolerances.items():
-        if atol > 0:
-            ax.axhline(atol, color="crimson" if golden == "fp32" else "darkorange", linewidth=1.5,
-                       linestyle="-.", zorder=2, label=f"{golden} tolerance (atol {atol:g})")
+    for golden in dict.fromkeys(s.golden for s in report.summaries):
+        tier = fixture.tolerances[golden]  # type: ignore[index]
+        color = "crimson" if golden == "fp32" else "darkorange"
+        if all(tier.for_tap(t).rtol == 0 for t in taps):
+            ax.axhline(tier.default.atol, color=color, linewidth=1.5, linestyle="-.", zorder=2,
+                       label=f"{golden} tolerance (atol {tier.default.atol:g})")
+            continue
+        # With an rtol the allowance depends on the golden value: draw it at each tap's largest |golden|.
+        gold = fixture.golden(golden)  # type: ignore[arg-type]
+        allow = []
+        for t in taps:
+            tol = tier.for_tap(t)
+            finite = [np.abs(g[t][np.isfinite(g[t])]).max() for g in gold.values() if np.isfinite(g[t]).any()]
+            allow.append(tol.atol + tol.rtol * float(max(finite, default=0.0)))
+        ax.plot(np.arange(len(taps)), allow, color=color, linewidth=1.5, linestyle="-.", drawstyle="steps-mid",
+                zorder=2, label=f"{golden} tolerance ({tier.default.atol:g} + {tier.default.rtol:g} |golden|)")
     ax.axhline(floor, color="0.4", linewidth=0.8, linestyle=":", zorder=2, label=f"exact (0), drawn at {floor:g}")
     ax.set_yscale("log")
     ax.set_ylim(floor / 3, top)
