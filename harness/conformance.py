@@ -13,16 +13,15 @@ config and weights, new cases) and returns one `ConformanceResult` per check:
   tensor) it raises a `ParityError`: not another exception, and never numbers.
 
 The numbers themselves are not compared here: that is `parity run`. The golden files of the
-derived fixtures are written by the NumPy backend's forward pass, only so that they are complete.
-`write_fixture` is the helper that writes a fixture directory from arrays (tests use it too).
+derived fixtures are written by the NumPy backend's forward pass, only so that they are complete;
+`harness.fixture_writer.write_fixture_files` writes them.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,23 +30,10 @@ import numpy as np
 
 from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
 from harness.errors import ParityError
-from harness.fixture import (
-    DTYPES,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    MANIFEST,
-    Case,
-    Fixture,
-    load_fixture,
-    sha256_file,
-)
-from reference.config import GPTConfig
-from reference.taps import tap_names, tap_shape, tap_shape_template
-
-DEFAULT_TOLERANCES: dict[str, Any] = {
-    "fp32": {"atol": 1e-5, "rtol": 0.0, "overrides": {}},
-    "fp64": {"atol": 1e-12, "rtol": 0.0, "overrides": {}},
-}
+from harness.fixture import DTYPES, MANIFEST, Case, Fixture, load_fixture, sha256_file
+from harness.fixture_writer import write_fixture_files
+from harness.onnx_graph import GRAPHS
+from reference.taps import tap_shape
 
 
 @dataclass(frozen=True)
@@ -57,65 +43,7 @@ class ConformanceResult:
     message: str = ""  # why it failed (or a detail when it passed)
 
 
-# -- writing a fixture --------------------------------------------------------------------------
-
-
-def write_fixture(
-    root: Path,
-    config: GPTConfig,
-    cases: Sequence[Case],
-    weights: Mapping[str, np.ndarray],
-    golden: Mapping[Precision, Mapping[str, Mapping[str, np.ndarray]]],
-    vocab: Sequence[str] | None = None,
-    tolerances: Mapping[str, Any] | None = None,
-    extra_files: Mapping[str, Path] | None = None,
-    provenance: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write a complete fixture directory (docs/fixture-format.md) and return `root`.
-
-    `golden[precision][case][tap]` is cast to the tier's dtype; every tap of the config must be
-    there. `extra_files` maps an ONNX kind ("all_taps", "logits") to a file copied in.
-    """
-    from safetensors.numpy import save_file
-
-    root.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()},
-        str(root / "weights.safetensors"),
-    )
-    files: dict[str, Any] = {"weights": "weights.safetensors", "golden": {}}
-    for precision in PRECISIONS:
-        name = f"golden.{precision}.safetensors"
-        tensors = {
-            f"{case.name}/{tap}": np.ascontiguousarray(
-                golden[precision][case.name][tap], dtype=DTYPES[precision]
-            )
-            for case in cases
-            for tap in tap_names(config.n_layer)
-        }
-        save_file(tensors, str(root / name))
-        files["golden"][precision] = name
-    onnx: dict[str, str] = {}
-    for kind, src in (extra_files or {}).items():
-        shutil.copyfile(src, root / src.name)
-        onnx[kind] = src.name
-    if onnx:
-        files["onnx"] = onnx
-    names = ["weights.safetensors", *files["golden"].values(), *onnx.values()]
-    manifest = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "config": config.to_dict(),
-        "vocab": list(vocab) if vocab is not None else [f"w{i}" for i in range(config.vocab_size)],
-        "cases": [{"name": c.name, "kind": c.kind, "tokens": list(c.tokens), "text": c.text} for c in cases],
-        "taps": [{"name": t, "shape": tap_shape_template(config, t)} for t in tap_names(config.n_layer)],
-        "tolerances": dict(tolerances) if tolerances is not None else DEFAULT_TOLERANCES,
-        "files": files,
-        "sha256": {n: sha256_file(root / n) for n in names},
-        "provenance": dict(provenance or {}),
-    }
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return root
+# -- derived fixtures ---------------------------------------------------------------------------
 
 
 def _rehash(root: Path) -> None:
@@ -135,17 +63,17 @@ def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case]) -> Fixt
     for precision in PRECISIONS:
         params = {k: w.astype(DTYPES[precision]) for k, w in weights.items()}
         golden[precision] = {c.name: forward(params, parent.config, list(c.tokens)) for c in cases}
-    extra = {kind: p for kind in ("all_taps", "logits") if (p := parent.onnx_path(kind)) and p.is_file()}
-    write_fixture(
+    extra = {kind: p for kind in GRAPHS if (p := parent.onnx_path(kind)) and p.is_file()}
+    write_fixture_files(
         root,
-        parent.config,
-        cases,
-        weights,
-        golden,
-        parent.vocab,
-        parent.manifest["tolerances"],
-        extra,
-        {"command": "parity check-backend (derived fixture)"},
+        config=parent.config,
+        vocab=parent.vocab,
+        cases=cases,
+        weights=weights,
+        golden=golden,
+        onnx=extra,
+        provenance={"command": "parity check-backend (derived fixture)"},
+        tolerances=parent.manifest["tolerances"],
     )
     return load_fixture(root)
 

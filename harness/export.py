@@ -20,14 +20,14 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.errors import EXIT_DISAGREE, EXIT_OK, FixtureError
-from harness.fixture import FORMAT_NAME, FORMAT_VERSION, MANIFEST, load_fixture, read_safetensors, sha256_file
+from harness.fixture import MANIFEST, Case, load_fixture, read_safetensors
 
 FP32_ATOL = 1e-5  # the lesson's gate, see docs/tolerances.md
 FP32_RTOL = 1e-5  # float32 round-off grows with the magnitude (4 ulp at 27.6 measured), docs/tolerances.md
@@ -82,9 +82,9 @@ def make_cases(vocab_size: int, n_ctx: int, seed: int = SEED) -> list[dict[str, 
     return cases
 
 
-def golden_taps(weights: dict[str, np.ndarray], config: Any, cases: list[dict[str, Any]], dtype_name: str
-                ) -> dict[str, np.ndarray]:
-    """Every tap of every case from the reference model, keyed "{case}/{tap}"."""
+def golden_taps(weights: Mapping[str, np.ndarray], config: Any, cases: Sequence[Case], dtype_name: str
+                ) -> dict[str, dict[str, np.ndarray]]:
+    """Every tap of every case from the reference model: golden[case][tap]."""
     import torch
 
     from reference.model import run_with_taps
@@ -92,56 +92,33 @@ def golden_taps(weights: dict[str, np.ndarray], config: Any, cases: list[dict[st
     torch.set_num_threads(1)
     dtype = torch.float32 if dtype_name == "fp32" else torch.float64
     params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in weights.items()}
-    out: dict[str, np.ndarray] = {}
-    for case in cases:
-        for tap, t in run_with_taps(params, config, case["tokens"]).items():
-            out[f"{case['name']}/{tap}"] = np.ascontiguousarray(t.numpy())  # safetensors needs C order
-    return out
+    return {
+        case.name: {tap: t.numpy() for tap, t in run_with_taps(params, config, list(case.tokens)).items()}
+        for case in cases
+    }
 
 
 def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: int, with_onnx: bool,
                   progress: Progress) -> None:
     """Write a complete fixture for `weights` (float32, HF names) into `root`."""
     import torch
-    from safetensors.numpy import save_file
 
+    from harness.fixture_writer import write_fixture_files
     from reference.config import TOY
     from reference.grammar import VOCAB
-    from reference.taps import tap_names, tap_shape_template
 
     config = TOY
-    root.mkdir(parents=True, exist_ok=True)
-    cases = make_cases(config.vocab_size, config.n_ctx, seed)
-    save_file(weights, str(root / "weights.safetensors"))
-    for precision in ("fp32", "fp64"):
-        progress(f"parity export: golden {precision} taps for {len(cases)} cases")
-        save_file(golden_taps(weights, config, cases, precision), str(root / f"golden.{precision}.safetensors"))
-    files: dict[str, Any] = {
-        "weights": "weights.safetensors",
-        "golden": {"fp32": "golden.fp32.safetensors", "fp64": "golden.fp64.safetensors"},
-    }
-    if with_onnx:
-        from harness.onnx_export import export_onnx
-
-        files["onnx"] = {"all_taps": "model.onnx", "logits": "model.logits.onnx"}
-        for kind, name in files["onnx"].items():
-            progress(f"parity export: ONNX graph {name}")
-            export_onnx(weights, config, root / name, kind)
-    names = [files["weights"], *files["golden"].values(), *files.get("onnx", {}).values()]
-    manifest = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "config": config.to_dict(),
-        "vocab": list(VOCAB),
-        "cases": cases,
-        "taps": [{"name": t, "shape": tap_shape_template(config, t)} for t in tap_names(config.n_layer)],
-        "tolerances": {
-            "fp32": {"atol": FP32_ATOL, "rtol": FP32_RTOL, "overrides": {}},
-            "fp64": {"atol": FP64_ATOL, "rtol": 0.0, "overrides": {}},
-        },
-        "files": files,
-        "sha256": {name: sha256_file(root / name) for name in names},
-        "provenance": {
+    cases = [Case(c["name"], tuple(c["tokens"]), c["kind"], c["text"])
+             for c in make_cases(config.vocab_size, config.n_ctx, seed)]
+    write_fixture_files(
+        root,
+        config=config,
+        vocab=VOCAB,
+        cases=cases,
+        weights=weights,
+        golden=lambda precision: golden_taps(weights, config, cases, precision),
+        onnx=with_onnx,
+        provenance={
             "torch": torch.__version__.split("+")[0],
             "seed": seed,
             "steps": steps,
@@ -149,8 +126,8 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
             "weights": "reference.train_tiny.train(TOY, seed, steps); golden: reference.model.run_with_taps",
             "platform": current_platform(),
         },
-    }
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        progress=lambda message: progress(f"parity export: {message}"),
+    )
 
 
 def train_weights(seed: int, steps: int, progress: Progress) -> dict[str, np.ndarray]:

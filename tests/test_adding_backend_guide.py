@@ -4,9 +4,10 @@ Markers in the guide (HTML comments, invisible when rendered), each right before
 - `<!-- guide-step: file PATH -->`: the block is written to PATH (relative to the working directory);
 - `<!-- guide-step: run [expect="TEXT"] -->`: each line of the block is a command that must exit 0
   (and print TEXT, if given). `pip install ...` runs as `python -m pip install --no-deps
-  --no-build-isolation --no-index ...` and `parity ...` as `python -m harness ...`, with the Python
-  of a fresh virtual environment that sees this one's packages (tests/test_plugin.make_child_env),
-  so no network is used and the running environment is never changed;
+  --no-build-isolation --no-index ...` (tests/test_plugin.pip_install_command) and `parity ...` as
+  `python -m harness ...`, with the Python of a fresh virtual environment that sees this one's
+  packages (tests/test_plugin.make_child_env), so no network is used and the running environment
+  is never changed;
 - `<!-- guide-excerpt: FILE -->`: every line of the block (but `...`) appears in FILE, verbatim;
 - `<!-- guide-check: compile -->`: the block is valid Python.
 The working directory holds `fixtures/toy`, a fixture built from random weights, as a checkout would.
@@ -21,8 +22,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.test_numpy_backend import build_random_fixture
-from tests.test_plugin import make_child_env, needs_cli, run_harness
+from tests.fixture_builders import build_random_fixture
+from tests.test_plugin import make_child_env, needs_cli, pip_install_command, run_harness
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "adding-a-backend.md"
@@ -73,17 +74,7 @@ def test_python_blocks_compile() -> None:
 def _command(python: Path, line: str) -> list[str]:
     words = shlex.split(line)
     if words[:2] == ["pip", "install"]:
-        return [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--disable-pip-version-check",
-            *words[2:],
-        ]
+        return pip_install_command(python, *words[2:])
     if words[0] == "parity":
         return words[1:]  # run_harness adds `python -m harness`
     raise AssertionError(f"the guide runs {words[0]!r}; teach this test how to run it")

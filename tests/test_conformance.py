@@ -16,7 +16,7 @@ from harness.backends.base import BackendOutput, Precision
 from harness.backends.numpy_backend import DTYPES, NumpyBackend
 from harness.conformance import ConformanceResult, check_backend
 from harness.fixture import Fixture, load_fixture
-from tests.test_numpy_backend import build_random_fixture
+from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
 

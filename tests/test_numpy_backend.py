@@ -1,59 +1,27 @@
 """The NumPy backend: every tap, float32 within 1e-5 of the golden, float64 at round-off.
 
-Runs on a fixture built here from random weights (`build_random_fixture`: torch needed, seed 0,
-cases of T = 1, 5 and 16), and on fixtures/toy as well when it exists.
+Runs on a fixture of random weights (`tests.fixture_builders.build_random_fixture`: torch needed,
+seed 0, cases of T = 1, 5 and 16), and on fixtures/toy as well when it exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from harness.backends.numpy_backend import NumpyBackend, gelu, sinusoidal_positions
-from harness.conformance import write_fixture
 from harness.errors import FixtureError
 from harness.fixture import Case, Fixture, load_fixture
-from reference.config import TOY, GPTConfig
+from reference.config import TOY
 from reference.taps import tap_names
+from tests.fixture_builders import CASES, build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
 TOY_FIXTURE = REPO / "fixtures" / "toy"
-
-CASES = (
-    Case("single", (0,), "single"),
-    Case("short", (0, 1, 4, 7, 1), "grammar"),
-    Case("longest", (0, 1, 3, 4, 7, 2, 6, 0, 2, 10, 11, 8, 1, 5, 9, 0), "longest"),
-)
-
-
-def build_random_fixture(
-    root: Path, config: GPTConfig = TOY, cases: Sequence[Case] = CASES, seed: int = 0
-) -> Path:
-    """A complete fixture of `reference.model.GPT(config)` after `torch.manual_seed(seed)`.
-
-    The golden taps are `run_with_taps` in float32 and in float64 (the float32 weights upcast).
-    """
-    torch = pytest.importorskip("torch")
-    from reference.model import GPT, run_with_taps
-
-    torch.manual_seed(seed)
-    model = GPT(config)
-    params32 = {k: v.detach().to(torch.float32) for k, v in model.params().items()}
-    params64 = {k: v.to(torch.float64) for k, v in params32.items()}
-    golden = {
-        precision: {
-            c.name: {t: v.numpy() for t, v in run_with_taps(params, config, list(c.tokens)).items()}
-            for c in cases
-        }
-        for precision, params in (("fp32", params32), ("fp64", params64))
-    }
-    weights = {k: v.numpy() for k, v in params32.items()}
-    return write_fixture(root, config, cases, weights, golden, provenance={"seed": seed, "steps": 0})  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

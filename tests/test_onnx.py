@@ -7,7 +7,6 @@ the committed graphs are tested the same way (set PARITY_TEST_FIXTURE to test an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,69 +29,16 @@ from harness.backends.onnxruntime_backend import OnnxRuntimeBackend
 from harness.backends.onnxruntime_optimized_backend import OnnxRuntimeOptimizedBackend
 from harness.errors import FixtureError
 from harness.fixture import MANIFEST, Fixture, load_fixture
-from harness.onnx_export import check_onnx_against_golden, check_onnx_file, export_onnx
-from harness.onnx_graph import INPUT_NAME, ONNX_OPSET, ort_runner
-from reference.config import TOY, GPTConfig
-from reference.taps import tap_names, tap_shape_template
+from harness.fixture_writer import ONNX_FILES
+from harness.onnx_export import check_onnx_against_golden, check_onnx_file
+from harness.onnx_graph import INPUT_NAME, ONNX_OPSET, OnnxGraph, ort_runner
 from tests.conftest import rehash, run_cli
+from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = Path(os.environ.get("PARITY_TEST_FIXTURE", REPO / "fixtures" / "toy"))
 ATOL = 1e-5
-ONNX_FILES = {"all_taps": "model.onnx", "logits": "model.logits.onnx"}
 BACKENDS: list[type[Backend]] = [OnnxRuntimeBackend, OnnxRuntimeOptimizedBackend, OnnxReferenceBackend]
-CASES: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("single", (0,)),
-    ("short", (0, 1, 4, 7, 1)),
-    ("longest", (0, 1, 3, 4, 7, 2, 6, 0, 2, 10, 11, 8, 1, 5, 9, 0)),
-)
-
-
-def build_fixture(root: Path, config: GPTConfig = TOY, seed: int = 0) -> Path:
-    """A complete fixture of random weights (GPT(config) after manual_seed), golden fp32/fp64, both graphs."""
-    import torch
-    from safetensors.torch import save_file
-
-    from reference.model import GPT, run_with_taps, save_weights
-
-    root.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    params32 = {k: v.detach().to(torch.float32) for k, v in GPT(config).params().items()}
-    save_weights(params32, root / "weights.safetensors")
-    for precision, dtype in (("fp32", torch.float32), ("fp64", torch.float64)):
-        params = {k: v.to(dtype) for k, v in params32.items()}
-        golden = {
-            f"{name}/{tap}": value.clone().contiguous()
-            for name, tokens in CASES
-            for tap, value in run_with_taps(params, config, list(tokens)).items()
-        }
-        save_file(golden, str(root / f"golden.{precision}.safetensors"))
-    weights = {k: v.numpy() for k, v in params32.items()}
-    for kind, name in ONNX_FILES.items():
-        export_onnx(weights, config, root / name, kind)  # type: ignore[arg-type]
-    files = ["weights.safetensors", "golden.fp32.safetensors", "golden.fp64.safetensors"]
-    files += ONNX_FILES.values()
-    manifest = {
-        "format": "parity-fixture",
-        "format_version": 1,
-        "config": config.to_dict(),
-        "vocab": [f"w{i}" for i in range(config.vocab_size)],
-        "cases": [{"name": n, "kind": "random", "tokens": list(t), "text": ""} for n, t in CASES],
-        "taps": [{"name": t, "shape": tap_shape_template(config, t)} for t in tap_names(config.n_layer)],
-        "tolerances": {
-            "fp32": {"atol": 1e-5, "rtol": 0.0, "overrides": {}},
-            "fp64": {"atol": 1e-12, "rtol": 0.0, "overrides": {}},
-        },
-        "files": {
-            "weights": files[0],
-            "golden": {"fp32": files[1], "fp64": files[2]},
-            "onnx": dict(ONNX_FILES),
-        },
-        "sha256": {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in files},
-        "provenance": {"torch": torch.__version__, "seed": seed, "steps": 0, "command": "tests/test_onnx.py"},
-    }
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return root
 
 
 def _committed_has_onnx() -> bool:
@@ -104,7 +50,7 @@ def _committed_has_onnx() -> bool:
 
 @pytest.fixture(scope="module")
 def built_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_fixture(tmp_path_factory.mktemp("onnx") / "toy")
+    return build_random_fixture(tmp_path_factory.mktemp("onnx") / "toy", onnx=True)
 
 
 @pytest.fixture(scope="module", params=["built", "committed"])
@@ -237,7 +183,7 @@ CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
 def test_corrupt_onnx_file_is_a_fixture_error_naming_the_file(
     backend_cls: type[Backend], corrupt: str, copy_dir: Path
 ) -> None:
-    kind = "logits" if backend_cls is OnnxRuntimeOptimizedBackend else "all_taps"
+    kind: OnnxGraph = "logits" if backend_cls is OnnxRuntimeOptimizedBackend else "all_taps"
     path = copy_dir / ONNX_FILES[kind]
     path.write_bytes(CORRUPTIONS[corrupt](path.read_bytes()))
     rehash(copy_dir)  # the hash matches: only the ONNX check can catch it

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from harness.fixture import Fixture, load_fixture
-from tests.test_numpy_backend import build_random_fixture, max_error
+from tests.fixture_builders import build_random_fixture
+from tests.test_numpy_backend import max_error
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "examples" / "plugin"
@@ -51,19 +52,24 @@ def make_child_env(root: Path) -> Path:
     return python
 
 
+def pip_install_command(python: Path, *args: str) -> list[str]:
+    """`pip install ARGS` with `python`, offline: no dependencies, no build isolation, no index."""
+    return [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--disable-pip-version-check",
+        *args,
+    ]
+
+
 def pip_install(python: Path, *args: str, cwd: Path) -> None:
     proc = subprocess.run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--disable-pip-version-check",
-            *args,
-        ],
+        pip_install_command(python, *args),
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,18 +1,17 @@
 """The TypeScript backend: Node runs ts_model/run.ts on a fixture and its taps match the golden files.
 
-Uses fixtures/toy when it exists, else a fixture built here from random weights
-(`build_random_fixture`, torch needed). Set PARITY_TEST_FIXTURE to use another fixture directory.
+Uses fixtures/toy when it exists, else a fixture of random weights
+(`tests.fixture_builders.build_random_fixture`, torch needed). Set PARITY_TEST_FIXTURE to use
+another fixture directory.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,75 +20,10 @@ import pytest
 from harness.backends.typescript_backend import TypeScriptBackend, find_node, ts_dir
 from harness.errors import BackendFailed, BackendUnavailable
 from harness.fixture import Fixture, load_fixture
-from reference.config import TOY, GPTConfig
-from reference.taps import tap_names, tap_shape_template
+from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
 TOY_FIXTURE = REPO / "fixtures" / "toy"
-
-# (name, tokens) of the cases `build_random_fixture` writes by default: T = 1, 5 and 16 (= n_ctx).
-DEFAULT_CASES: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("single", (0,)),
-    ("short", (0, 1, 4, 7, 1)),
-    ("longest", (0, 1, 3, 4, 7, 2, 6, 0, 2, 10, 11, 8, 1, 5, 9, 0)),
-)
-
-
-def build_random_fixture(
-    root: Path,
-    config: GPTConfig = TOY,
-    cases: Sequence[tuple[str, Sequence[int]]] = DEFAULT_CASES,
-    seed: int = 0,
-) -> Path:
-    """Write a complete fixture (manifest, float32 weights, fp32 and fp64 golden) of random weights.
-
-    The weights are `reference.model.GPT(config)` after `torch.manual_seed(seed)` (GPT-2's init);
-    the golden taps are `run_with_taps` in float32 and in float64 (float32 weights upcast).
-    """
-    import torch
-
-    from reference.model import GPT, run_with_taps, save_weights
-
-    root.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    model = GPT(config)
-    # Round through float32 first: the fp64 golden is computed from exactly the stored weights.
-    params32 = {k: v.detach().to(torch.float32) for k, v in model.params().items()}
-    params64 = {k: v.to(torch.float64) for k, v in params32.items()}
-    save_weights(params32, root / "weights.safetensors")
-
-    from safetensors.torch import save_file
-
-    for precision, params in (("fp32", params32), ("fp64", params64)):
-        golden: dict[str, torch.Tensor] = {}
-        for name, tokens in cases:
-            for tap, value in run_with_taps(params, config, list(tokens)).items():
-                golden[f"{name}/{tap}"] = value.detach().clone().contiguous()
-        save_file(golden, str(root / f"golden.{precision}.safetensors"))
-
-    files = ["weights.safetensors", "golden.fp32.safetensors", "golden.fp64.safetensors"]
-    manifest = {
-        "format": "parity-fixture",
-        "format_version": 1,
-        "config": config.to_dict(),
-        "vocab": [f"w{i}" for i in range(config.vocab_size)],
-        "cases": [
-            {"name": name, "kind": "random", "tokens": list(tokens), "text": ""} for name, tokens in cases
-        ],
-        "taps": [{"name": t, "shape": tap_shape_template(config, t)} for t in tap_names(config.n_layer)],
-        "tolerances": {
-            "fp32": {"atol": 1e-5, "rtol": 0.0, "overrides": {}},
-            "fp64": {"atol": 1e-12, "rtol": 0.0, "overrides": {}},
-        },
-        "files": {
-            "weights": files[0],
-            "golden": {"fp32": files[1], "fp64": files[2]},
-        },
-        "sha256": {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in files},
-        "provenance": {"torch": torch.__version__, "seed": seed, "steps": 0, "command": "random weights"},
-    }
-    (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return root
 
 
 # -- fixtures ---------------------------------------------------------------------------------
