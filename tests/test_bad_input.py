@@ -18,7 +18,7 @@ from safetensors.numpy import load_file, save_file
 from tests.conftest import rehash, run_cli
 from tests.test_cli import assert_one_line_error
 
-Breaker = Callable[[Path], None]
+Breaker = Callable[[Path], object]  # its return value, if any, is ignored
 
 
 def manifest_edit(change: Callable[[dict], None], rehash_files: bool = False) -> Breaker:  # type: ignore[type-arg]
@@ -31,7 +31,7 @@ def manifest_edit(change: Callable[[dict], None], rehash_files: bool = False) ->
     return breaker
 
 
-def tensors_edit(file: str, change: Callable[[dict[str, np.ndarray]], None]) -> Breaker:
+def tensors_edit(file: str, change: Callable[[dict[str, np.ndarray]], object]) -> Breaker:
     def breaker(root: Path) -> None:
         tensors = {k: v.copy() for k, v in load_file(str(root / file)).items()}
         change(tensors)
