@@ -15,7 +15,21 @@ import pytest
 from harness.fixture import MANIFEST, sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
+# Set by `nox -s tests` (and so by CI): a skip there means a built-in backend's dependency is
+# missing from the environment, which must fail the run instead of hiding a backend.
+REQUIRE_ALL = os.environ.get("PARITY_REQUIRE_ALL_BACKENDS") == "1"
 TOY = REPO / "fixtures" / "toy"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """With PARITY_REQUIRE_ALL_BACKENDS=1, a skipped test is a failed test, its reason kept."""
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE_ALL and report.skipped and call.when in ("setup", "call"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under PARITY_REQUIRE_ALL_BACKENDS=1 (CI must not skip): {reason}"
 
 
 @pytest.fixture(scope="session")
