@@ -1,4 +1,4 @@
-"""nox sessions: `parity` (the check), `tests` (the suite), `lint`, `fixtures`, `selftest`.
+"""nox sessions: `parity` (the check), `tests` (the suite), `lint`, `fixtures`, `bench`.
 
 Dependencies are declared once, in pyproject.toml's extras; sessions install the project from it.
 nox's virtualenv backend is used on purpose: uv would download a multi-GB CUDA build of torch,
@@ -43,3 +43,10 @@ def fixtures(session: nox.Session) -> None:
     """Retrain the toy and rewrite fixtures/toy (`parity export`); args go to `parity export`."""
     session.install("-e", ".[all]")
     session.run("parity", "export", *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Print timings: each backend's run on the fixture, and training the toy; args go to the benchmark."""
+    session.install("-e", ".[all]")
+    session.run("python", "-m", "benchmarks.bench", *session.posargs)

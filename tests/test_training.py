@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -86,10 +85,11 @@ def test_bad_arguments() -> None:
 
 
 def test_acceptance_full_run(tmp_path: Path) -> None:
-    """The lesson's experiment at full length: 4,000 steps per model (about 40 s on 2 cores)."""
-    t0 = time.perf_counter()
+    """The lesson's experiment at full length: 4,000 steps per model (about 40 s on 2 cores).
+
+    Its time is measured by `nox -s bench` (benchmarks/bench.py), not asserted here.
+    """
     assert main(["--quiet", "--json", str(tmp_path / "r.json"), "--out", str(tmp_path / "w")]) == 0
-    seconds = time.perf_counter() - t0
     r = json.loads((tmp_path / "r.json").read_text())
     h = entropy_per_word()
     assert r["grammar_entropy"] == pytest.approx(h)
@@ -103,4 +103,3 @@ def test_acceptance_full_run(tmp_path: Path) -> None:
         for name, p in model.params().items():
             p.copy_(weights[name])
     assert evaluate(model, heldout_sentences()) == pytest.approx(r["masked_eval_loss"], rel=1e-6)
-    assert seconds < 120, f"{seconds:.0f} s (acceptance: < 60 s on an idle 2-core machine)"
