@@ -79,6 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = run_parity(fixture, backends, _precisions(args.precision),
                         progress=None if args.quiet else _progress)
+    report.skipped = skipped
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     if args.json:
         write_json(report, Path(args.json))

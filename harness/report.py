@@ -16,6 +16,7 @@ JSON schema (version 1), stable for CI scripts:
                                       "upstream_max_abs", "by_case", "n_bad", "location", "axes",
                                       "previous_tap", "previous_max_abs"} ]},
       "runs": [ {"backend", "precision", "seconds", "status", "message"} ],
+      "skipped": [str],                                  # registered backends not run (missing dependencies)
       "budget": [ {"backend", "precision", "tap", "status", "max_abs", "magnitude", "eps32_units",
                    "eps64_units", "case", "index", "message"} ]  # against golden.fp64; see harness/budget.py
     }
@@ -200,7 +201,8 @@ def verdict_line(report: Report) -> str:
     if report.n_failed:
         names = ", ".join(sorted({f"{d.backend} {tier_label(d.precision, d.golden)}" for d in report.divergences}))
         return f"FAIL: disagreement in {names}; {counts} (tap x case checks)"
-    return f"PASS: every backend agrees on every tap; {counts} (tap x case checks)"
+    skipped = f"; {len(report.skipped)} registered backend(s) skipped (missing dependencies)" if report.skipped else ""
+    return f"PASS: every backend agrees on every tap; {counts} (tap x case checks){skipped}"
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -223,6 +225,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "taps": [asdict(s) for s in report.summaries],
         "first_divergence": by_backend,
         "runs": [asdict(r) for r in report.runs],
+        "skipped": list(report.skipped),
         "budget": [asdict(b) for b in report.budget],
     })
 

@@ -54,6 +54,7 @@ class Report:
     divergences: list[FirstDivergence] = field(default_factory=list)
     runs: list[BackendRun] = field(default_factory=list)
     budget: list[BudgetRow] = field(default_factory=list)  # every result against the float64 truth
+    skipped: list[str] = field(default_factory=list)  # registered backends not run: missing dependencies
     # What each backend returned, by (backend, precision): {case: {tap: array}}. Not written to JSON.
     outputs: dict[tuple[str, str], BackendOutput] = field(default_factory=dict, repr=False)
 

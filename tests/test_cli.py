@@ -151,3 +151,19 @@ def test_precision_filter_reports_fp32_only_backends_as_not_supported(toy_dir: P
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert {(r["precision"], r["golden"]) for r in report["results"]} == {("fp32", "fp32")}
+
+
+def test_a_backend_that_cannot_run_is_skipped_and_said_or_an_error_with_no_skip(
+    toy_dir: Path, tmp_path: Path
+) -> None:
+    env = {"PARITY_NODE": str(tmp_path / "no-such-node")}
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--fixture", str(toy_dir), "--precision", "fp64", "--json", str(out), "-q", env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "parity: skipped: backend 'typescript' needs" in proc.stdout
+    assert proc.stdout.splitlines()[-1].endswith("1 registered backend(s) skipped (missing dependencies)")
+    report = json.loads(out.read_text())
+    assert len(report["skipped"]) == 1 and "typescript" in report["skipped"][0]
+    assert "typescript" not in {r["backend"] for r in report["results"]}
+    strict = run_cli("run", "--fixture", str(toy_dir), "--no-skip", "-q", env=env)
+    assert_one_line_error(strict, "--no-skip", "typescript", "pip install 'parity[node]'")
