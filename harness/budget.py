@@ -20,6 +20,7 @@ gets its own row, "golden.fp32": it is the fp32 tier's reference, and it is not 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,15 +58,22 @@ def _units(max_abs: float, magnitude: float, eps: float) -> float:
     return max_abs / (eps * magnitude)
 
 
+def tap_magnitude(tensors: Iterable[np.ndarray]) -> float:
+    """M: the largest |value| over the finite cells of a tap's tensors (0.0 when there are none)."""
+    magnitude = 0.0
+    for g in tensors:
+        finite = g[np.isfinite(g)]
+        magnitude = max(magnitude, float(np.abs(finite).max()) if finite.size else 0.0)
+    return magnitude
+
+
 def tap_budget(
     backend: str, precision: str, tap: str, actual: dict[str, np.ndarray | None], truth: dict[str, np.ndarray]
 ) -> BudgetRow:
     """The budget row of one tap: `actual` and `truth` are {case: array} (actual None when missing)."""
-    row = BudgetRow(backend, precision, tap, OK, 0.0, 0.0)
+    row = BudgetRow(backend, precision, tap, OK, 0.0, tap_magnitude(truth.values()))
     worst = -1.0
     for case, g in truth.items():
-        finite = g[np.isfinite(g)]
-        row.magnitude = max(row.magnitude or 0.0, float(np.abs(finite).max()) if finite.size else 0.0)
         a = actual.get(case)
         if a is None:
             row.status, row.max_abs, row.case, row.message = FAIL, math.inf, case, "missing"

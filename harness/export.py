@@ -20,7 +20,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,27 +82,12 @@ def make_cases(vocab_size: int, n_ctx: int, seed: int = SEED) -> list[dict[str, 
     return cases
 
 
-def golden_taps(weights: Mapping[str, np.ndarray], config: Any, cases: Sequence[Case], dtype_name: str
-                ) -> dict[str, dict[str, np.ndarray]]:
-    """Every tap of every case from the reference model: golden[case][tap]."""
-    import torch
-
-    from reference.model import run_with_taps
-
-    torch.set_num_threads(1)
-    dtype = torch.float32 if dtype_name == "fp32" else torch.float64
-    params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in weights.items()}
-    return {
-        case.name: {tap: t.numpy() for tap, t in run_with_taps(params, config, list(case.tokens)).items()}
-        for case in cases
-    }
-
-
 def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: int, with_onnx: bool,
                   progress: Progress) -> None:
     """Write a complete fixture for `weights` (float32, HF names) into `root`."""
     import torch
 
+    from harness.backends.pytorch_backend import reference_taps
     from harness.fixture_writer import write_fixture_files
     from reference.config import TOY
     from reference.grammar import VOCAB
@@ -116,7 +101,7 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
         vocab=VOCAB,
         cases=cases,
         weights=weights,
-        golden=lambda precision: golden_taps(weights, config, cases, precision),
+        golden=lambda precision: reference_taps(weights, config, cases, precision),
         onnx=with_onnx,
         provenance={
             "torch": torch.__version__.split("+")[0],

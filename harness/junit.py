@@ -7,9 +7,6 @@
           or <skipped message="not supported"/>
         </testcase>
       </testsuite>
-      <testsuite name="parity.<backend>.<precision>">          (only for a run that could not complete)
-        <testcase classname="parity.<backend>.<precision>" name="run"><error message="..."/></testcase>
-      </testsuite>
     </testsuites>
 
 A testcase passes when the tap agrees in every case; its failure message is the worst case's.
@@ -81,14 +78,6 @@ def junit_element(report: Report) -> ET.Element:
             _testcase(suite, s, results.get((s.backend, s.precision, s.golden, s.tap), []))
         for k, v in counts.items():
             totals[k] += v
-    for run in report.errors:
-        name = f"parity.{run.backend}.{run.precision}"
-        suite = ET.SubElement(root, "testsuite", name=name, tests="1", failures="0", errors="1", skipped="0",
-                              time=f"{run.seconds:.3f}")
-        case = ET.SubElement(suite, "testcase", classname=name, name="run", time=f"{run.seconds:.3f}")
-        ET.SubElement(case, "error", message=run.message, type="backend_error")
-        totals["tests"] += 1
-        totals["errors"] += 1
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)

@@ -19,7 +19,7 @@ import numpy as np
 from harness.backends.base import Backend
 from harness.errors import EXIT_DISAGREE, EXIT_OK, BackendFailed, ParityError
 from harness.fixture import Fixture
-from harness.runner import Progress
+from harness.runner import Progress, run_backend
 
 
 @dataclass
@@ -97,15 +97,8 @@ def run_lens(
             continue
         for precision in backend.precisions:
             say(f"parity: running {backend.name} ({precision}) ...")
-            try:
-                output = backend.run(fixture, precision)
-            except ParityError:
-                raise
-            except Exception as exc:  # a backend's own bug: one line naming it
-                raise BackendFailed(f"backend {backend.name!r} ({precision}) crashed: {type(exc).__name__}: "
-                                    f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
-            if not isinstance(output, dict) or not isinstance(output.get(case), dict) or \
-                    any(t not in output[case] for t in taps):
+            _, output = run_backend(backend, fixture, precision)
+            if any(t not in output[case] for t in taps):
                 raise BackendFailed(f"backend {backend.name!r} ({precision}) returned no logit_lens taps for {case!r}")
             mark_backend(grid, f"{backend.name} {precision}", output[case], taps)
     text = fixture.case(case).text or " ".join(grid.words)

@@ -62,8 +62,6 @@ def markdown_summary(report: Report) -> str:
     lines = ["## parity", "", f"Fixture `{report.fixture}`.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(report)]
-    for run in report.errors:
-        lines.append(f"| {run.backend} | {run.precision} | ERROR | | | | | {run.message} | |")
     if report.divergences:
         lines += ["", "### First divergences", ""]
         lines += [f"- {divergence_paragraph(d)}" for d in report.divergences]

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.budget import tap_magnitude
 from harness.compare import NOT_SUPPORTED
 from harness.errors import ParityError
 from harness.fixture import Fixture
@@ -117,8 +118,7 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
         allow = []
         for t in taps:
             tol = tier.for_tap(t)
-            finite = [np.abs(g[t][np.isfinite(g[t])]).max() for g in gold.values() if np.isfinite(g[t]).any()]
-            allow.append(tol.atol + tol.rtol * float(max(finite, default=0.0)))
+            allow.append(tol.atol + tol.rtol * tap_magnitude(g[t] for g in gold.values()))
         ax.plot(np.arange(len(taps)), allow, color=color, linewidth=1.5, linestyle="-.", drawstyle="steps-mid",
                 zorder=2, label=f"{golden} tolerance ({tier.default.atol:g} + {tier.default.rtol:g} |golden|)")
     ax.axhline(floor, color="0.4", linewidth=0.8, linestyle=":", zorder=2, label=f"exact (0), drawn at {floor:g}")

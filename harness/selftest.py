@@ -32,6 +32,7 @@ from types import ModuleType
 from typing import ClassVar, TextIO
 
 from harness.backends.base import Backend, BackendOutput, Precision
+from harness.backends.pytorch_backend import reference_taps
 from harness.backends.typescript_backend import TypeScriptBackend
 from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
 from harness.fixture import Fixture
@@ -59,17 +60,8 @@ class ReferenceModuleBackend(Backend):
         self.module = module
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        import numpy as np
-        import torch
-
-        dtype = torch.float32 if precision == "fp32" else torch.float64
-        torch.set_num_threads(1)  # bit-reproducible reductions, as the pytorch backend
-        params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in fixture.weights().items()}
-        out: BackendOutput = {}
-        for case in fixture.cases:
-            taps = self.module.run_with_taps(params, fixture.config, list(case.tokens))
-            out[case.name] = {tap: np.ascontiguousarray(t.numpy()) for tap, t in taps.items()}
-        return out
+        return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision,
+                              self.module.run_with_taps)
 
 
 def copy_target(target: Target, dest: Path, mutant: Mutant | None) -> Path:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from harness.export import FP32_ATOL, FP64_ATOL, golden_taps
+from harness.backends.pytorch_backend import reference_taps
+from harness.export import FP32_ATOL, FP64_ATOL
 from harness.fixture import Case
 from harness.fixture_writer import write_fixture_files
 from reference.config import TOY, GPTConfig
@@ -51,7 +52,7 @@ def build_random_fixture(
         vocab=[f"w{i}" for i in range(config.vocab_size)],
         cases=cases,
         weights=weights,
-        golden=lambda precision: golden_taps(weights, config, cases, precision),
+        golden=lambda precision: reference_taps(weights, config, cases, precision),
         onnx=onnx,
         provenance={"torch": torch.__version__, "seed": seed, "steps": 0, "command": "tests/fixture_builders.py"},
         tolerances=TOLERANCES,

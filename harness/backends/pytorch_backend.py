@@ -6,12 +6,22 @@ computed in float64: this is what the fp64 golden file holds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
 from harness.backends.base import Backend, BackendOutput, Precision
 
 if TYPE_CHECKING:
-    from harness.fixture import Fixture
+    from collections.abc import Callable
+
+    import numpy as np
+    import torch
+
+    from harness.fixture import Case, Fixture
+    from reference.config import GPTConfig
+
+    # reference.model.run_with_taps, or a patched copy of it: (params, config, tokens) -> {tap: tensor}
+    RunWithTaps: TypeAlias = Callable[[Mapping[str, torch.Tensor], GPTConfig, list[int]], dict[str, torch.Tensor]]
 
 
 class PyTorchBackend(Backend):
@@ -22,16 +32,27 @@ class PyTorchBackend(Backend):
     install_hint: ClassVar[str] = "pip install 'parity[torch]'"
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        import numpy as np
-        import torch
+        return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision)
 
-        from reference.model import run_with_taps
 
-        dtype = torch.float32 if precision == "fp32" else torch.float64
-        torch.set_num_threads(1)  # bit-reproducible reductions
-        params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in fixture.weights().items()}
-        out: BackendOutput = {}
-        for case in fixture.cases:
-            taps = run_with_taps(params, fixture.config, list(case.tokens))
-            out[case.name] = {tap: np.ascontiguousarray(t.numpy()) for tap, t in taps.items()}
-        return out
+def reference_taps(
+    weights: Mapping[str, np.ndarray], config: GPTConfig, cases: Sequence[Case], precision: Precision,
+    run_with_taps: RunWithTaps | None = None,
+) -> BackendOutput:
+    """Every tap of every case from reference/model.py: {case: {tap: array}}; also what the golden files hold.
+
+    `run_with_taps` replaces `reference.model.run_with_taps` (the self-test runs patched copies of it).
+    """
+    import torch
+
+    from reference import model
+
+    compute = run_with_taps or model.run_with_taps
+    dtype = torch.float32 if precision == "fp32" else torch.float64
+    torch.set_num_threads(1)  # bit-reproducible reductions
+    params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in weights.items()}
+    out: BackendOutput = {}
+    for case in cases:
+        taps = compute(params, config, list(case.tokens))  # contiguous copies, one per tap
+        out[case.name] = {tap: t.numpy() for tap, t in taps.items()}
+    return out
