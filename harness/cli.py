@@ -148,7 +148,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from harness.export import check_fixture, export_fixture
 
     if args.check:
-        return check_fixture(Path(args.fixture), progress=_progress)
+        return check_fixture(Path(args.fixture), progress=_progress, retrain=not args.no_retrain)
     export_fixture(Path(args.fixture), steps=args.steps, seed=args.seed, progress=_progress)
     return EXIT_OK
 
@@ -224,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     export.add_argument("--check", action="store_true",
                         help="regenerate into a temporary directory and compare with the committed fixture")
+    export.add_argument("--no-retrain", action="store_true",
+                        help="with --check: check the golden files, manifest and ONNX graphs, but do not retrain")
     export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
     export.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
     export.set_defaults(func=cmd_export)

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 # missing from the environment, which must fail the run instead of hiding a backend.
 REQUIRE_ALL = os.environ.get("PARITY_REQUIRE_ALL_BACKENDS") == "1"
 TOY = REPO / "fixtures" / "toy"
+# A real test vector from another machine: the toy's weights, goldens and ONNX graphs recomputed on AVX-512.
+AVX512_VECTOR = REPO / "tests" / "data" / "toy-avx512"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -37,6 +39,26 @@ def toy_dir() -> Path:
     """The committed fixture (read-only: copy it before changing anything)."""
     assert (TOY / MANIFEST).is_file(), "fixtures/toy is missing: run `nox -s fixtures`"
     return TOY
+
+
+@pytest.fixture(scope="session")
+def local_toy(tmp_path_factory: pytest.TempPathFactory, toy_dir: Path) -> Path:
+    """The toy's weights with goldens recomputed on this machine (read-only; copy it before changing it).
+
+    For the tests that need exact agreement with the reference: the committed goldens were made on
+    another platform, which rounds differently, so exactness is only a same-platform claim.
+    """
+    pytest.importorskip("torch")
+    from harness.export import write_fixture
+    from harness.fixture import load_fixture
+
+    toy = load_fixture(toy_dir)
+    root = tmp_path_factory.mktemp("local") / "toy"
+    onnx = {kind: path for kind in ("all_taps", "logits") if (path := toy.onnx_path(kind)) is not None}
+    write_fixture(root, toy.weights(), int(toy.manifest["provenance"]["seed"]),
+                  int(toy.manifest["provenance"]["steps"]), with_onnx=onnx,  # type: ignore[arg-type]
+                  progress=lambda _message: None)
+    return root
 
 
 @pytest.fixture

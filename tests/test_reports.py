@@ -55,15 +55,19 @@ def assert_real_picture(path: Path, size: tuple[int, int]) -> None:
 
 
 @pytest.fixture(scope="module")
-def perturbed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """One run of the reference on a fixture with one weight changed by 1e-3, writing every report."""
-    import shutil
+def perturbed_run(
+    tmp_path_factory: pytest.TempPathFactory, local_toy: Path
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One run of the reference on a fixture with one weight changed by 1e-3, writing every report.
 
-    from tests.conftest import TOY
+    The fixture's goldens are made on this machine (`local_toy`), so upstream of the change the
+    reference agrees exactly within a tier: bit-identity is a same-platform claim.
+    """
+    import shutil
 
     root = tmp_path_factory.mktemp("perturbed")
     fixture = root / "toy"
-    shutil.copytree(TOY, fixture)
+    shutil.copytree(local_toy, fixture)
     perturb_weight(fixture, WEIGHT, (0, 0), 1e-3)
     summary = root / "step_summary.md"
     summary.write_text("previous step\n")
