@@ -167,6 +167,32 @@ def cmd_check_backend(args: argparse.Namespace) -> int:
     return EXIT_DISAGREE if failed else EXIT_OK
 
 
+def cmd_verify_ts(args: argparse.Namespace) -> int:
+    """The Node-only check (ts_model/verify-forward.mts) run with the Node the typescript backend uses."""
+    import subprocess
+
+    from harness.backends.typescript_backend import find_node, timeout_seconds, ts_dir
+
+    node = find_node()
+    script = ts_dir() / "verify-forward.mts"
+    if not script.is_file():
+        raise ParityError(f"{script}: not found (set PARITY_TS_DIR to a directory holding verify-forward.mts)")
+    fixture = Path(args.fixture)
+    if not (fixture / "manifest.json").is_file():
+        raise ParityError(f"{fixture / 'manifest.json'}: file not found")
+    sys.stdout.flush()
+    try:
+        proc = subprocess.run([node, str(script), str(fixture)], stdin=subprocess.DEVNULL, timeout=timeout_seconds(),
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise ParityError(f"verify-ts: {script.name} timed out") from None
+    except OSError as exc:
+        raise ParityError(f"verify-ts: cannot start {node}: {exc}") from None
+    if proc.returncode in (EXIT_OK, EXIT_DISAGREE, EXIT_BAD_INPUT):
+        return proc.returncode
+    raise ParityError(f"verify-ts: {script.name} ended with exit code {proc.returncode}")
+
+
 def cmd_selftest(args: argparse.Namespace) -> int:
     """Run every mutant of harness/mutants.py through the harness (see harness/selftest.py)."""
     from harness.mutants import by_name
@@ -234,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("name", help="backend name")
     check.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     check.set_defaults(func=cmd_check_backend)
+
+    verify_ts = sub.add_parser("verify-ts", help="the Node-only check of ts_model/ (verify-forward.mts), run with "
+                                                 "the Node the typescript backend uses (pip's Node 24)")
+    verify_ts.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    verify_ts.set_defaults(func=cmd_verify_ts)
 
     selftest = sub.add_parser("selftest", help="run the catalog of porting bugs (mutants) through the harness")
     selftest.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)

@@ -309,6 +309,7 @@ def load_fixture(root: str | Path) -> Fixture:
 
 
 def default_fixture_dir() -> Path:
-    """`fixtures/toy` of the source checkout parity runs from (editable install), else of the cwd."""
-    repo = Path(__file__).resolve().parent.parent / "fixtures" / "toy"
-    return repo if repo.is_dir() else Path("fixtures") / "toy"
+    """The toy fixture of the checkout parity runs from, else the copy installed with it."""
+    from harness.resources import toy_fixture_dir
+
+    return toy_fixture_dir()

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import reference
 from harness.errors import ParityError
+from harness.resources import ts_model_dir
 
 Target = Literal["typescript", "reference"]
 
-REPO = Path(__file__).resolve().parents[1]
-TARGET_DIRS: dict[Target, Path] = {"typescript": REPO / "ts_model", "reference": REPO / "reference"}
+TARGET_DIRS: dict[Target, Path] = {"typescript": ts_model_dir(), "reference": Path(reference.__file__).parent}
 
 
 class MutantAnchorError(ParityError):

@@ -20,6 +20,7 @@ import pytest
 from harness.backends.typescript_backend import TypeScriptBackend, find_node, ts_dir
 from harness.errors import BackendFailed, BackendUnavailable
 from harness.fixture import Fixture, load_fixture
+from tests.conftest import run_cli
 from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -206,3 +207,26 @@ def test_node_on_path_is_version_checked(monkeypatch: pytest.MonkeyPatch, tmp_pa
         find_node()
     assert tsb.can_strip_types((22, 18)) and tsb.can_strip_types((23, 6)) and tsb.can_strip_types((24, 0))
     assert not tsb.can_strip_types((22, 17)) and not tsb.can_strip_types((23, 5))
+
+
+def test_verify_mjs_says_in_one_line_when_node_cannot_run_typescript(node_available: str) -> None:
+    """verify.mjs is plain JavaScript: on a Node without type stripping (Node 20, or stripping turned off,
+    as here) it prints one line naming the Node and the fix, exit 2, no stack trace."""
+    proc = subprocess.run([node_available, "--no-experimental-strip-types", str(REPO / "ts_model" / "verify.mjs")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verify: error: this Node (v"), proc.stderr
+    assert "needs Node >= 22.18" in lines[0] and "parity verify-ts" in lines[0]
+    ok = subprocess.run([node_available, str(REPO / "ts_model" / "verify.mjs")], capture_output=True, text=True,
+                        timeout=60, check=False)
+    assert ok.returncode == 0 and "verify-forward: OK" in ok.stdout, ok.stdout + ok.stderr
+
+
+def test_parity_verify_ts_runs_the_node_only_check_with_pips_node(
+    node_available: str, fixture_dir: Path, tmp_path: Path
+) -> None:
+    ok = run_cli("verify-ts", "--fixture", str(fixture_dir))
+    assert ok.returncode == 0 and "verify-forward: OK" in ok.stdout, ok.stdout + ok.stderr
+    missing = run_cli("verify-ts", "--fixture", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and missing.stderr.startswith("parity: error: ") and "nowhere" in missing.stderr

@@ -9,8 +9,8 @@ Which Node (the first that exists):
    importing it: `<package dir>/bin/node` (`node.exe` in the package dir on Windows);
 3. `node` on PATH, if it can run TypeScript (type stripping on by default: Node >= 22.18 on the
    22 line, >= 23.6 after).
-Other settings: `PARITY_TS_DIR` (a directory holding run.ts and model.ts, default the repository's
-`ts_model/`) and `PARITY_NODE_TIMEOUT` (seconds, default 120).
+Other settings: `PARITY_TS_DIR` (a directory holding run.ts and model.ts, default `ts_model/` of the
+checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds, default 120).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
+from harness.resources import ts_model_dir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,9 +44,9 @@ NODE_HELP = (
 
 
 def ts_dir() -> Path:
-    """The directory holding run.ts and model.ts: `PARITY_TS_DIR`, else the repository's ts_model/."""
+    """The directory holding run.ts and model.ts: `PARITY_TS_DIR`, else ts_model/ (checkout or wheel)."""
     override = os.environ.get("PARITY_TS_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "ts_model"
+    return Path(override) if override else ts_model_dir()
 
 
 def _wheel_node() -> Path | None:
@@ -97,7 +98,8 @@ def find_node() -> str:
     return on_path
 
 
-def _timeout() -> float:
+def timeout_seconds() -> float:
+    """PARITY_NODE_TIMEOUT in seconds (default 120); BackendFailed if it is not a positive number."""
     raw = os.environ.get("PARITY_NODE_TIMEOUT", "")
     if not raw:
         return DEFAULT_TIMEOUT_S
@@ -127,7 +129,7 @@ class TypeScriptBackend(Backend):
         except BackendUnavailable:
             return ["node (Node.js >= 22.18)"]
         if not (ts_dir() / "run.ts").is_file():
-            return [f"{ts_dir() / 'run.ts'} (a source checkout, or PARITY_TS_DIR)"]
+            return [f"{ts_dir() / 'run.ts'} (set PARITY_TS_DIR to a directory holding run.ts)"]
         return []
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
@@ -137,7 +139,7 @@ class TypeScriptBackend(Backend):
         script = ts_dir() / "run.ts"
         if not script.is_file():
             raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding run.ts)")
-        timeout = _timeout()
+        timeout = timeout_seconds()
         with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
             out_path = Path(tmp) / "taps.safetensors"
             args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path)]

@@ -1,0 +1,28 @@
+"""Where parity's files that are not Python live: the TypeScript model and the toy fixture.
+
+In a source checkout (an editable install) they are `ts_model/` and `fixtures/toy/` beside `harness/`;
+in an installed wheel they are package data, `harness/_ts_model/` and `harness/_toy_fixture/`
+(pyproject.toml maps the two directories there). This is the one place that knows both layouts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+CHECKOUT_DIR = PACKAGE_DIR.parent  # the source checkout when parity runs from one (else site-packages)
+
+
+def _first_existing(*candidates: Path) -> Path:
+    return next((c for c in candidates if c.exists()), candidates[0])
+
+
+def ts_model_dir() -> Path:
+    """The directory holding run.ts and model.ts: the checkout's ts_model/, else the wheel's copy."""
+    return _first_existing(CHECKOUT_DIR / "ts_model" / "run.ts", PACKAGE_DIR / "_ts_model" / "run.ts").parent
+
+
+def toy_fixture_dir() -> Path:
+    """The toy fixture, every command's default: the checkout's fixtures/toy, else the wheel's copy."""
+    return _first_existing(CHECKOUT_DIR / "fixtures" / "toy" / "manifest.json",
+                           PACKAGE_DIR / "_toy_fixture" / "manifest.json").parent

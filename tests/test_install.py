@@ -1,0 +1,59 @@
+"""Beyond a source checkout: the wheel carries what every built-in backend needs, and the toy fixture.
+
+The wheel is built from this checkout and unpacked into a directory put first on PYTHONPATH (what
+`pip install` would put in site-packages, without reinstalling torch and onnxruntime); `parity run`
+then runs from an empty directory, with the fixture and the TypeScript model the wheel holds.
+`nox -s install_check` does the same with a real `pip install .` into a fresh virtualenv.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_parity_full import builtin_backends
+
+
+@pytest.fixture(scope="module")
+def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out),
+                           str(REPO)], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("parity-*.whl")
+    site = out / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    return site
+
+
+def test_the_wheel_holds_the_typescript_model_and_the_toy_fixture(unpacked_wheel: Path) -> None:
+    ts = unpacked_wheel / "harness" / "_ts_model"
+    assert {"model.ts", "run.ts", "fixture.ts", "safetensors.ts", "erf.ts", "verify-forward.mts", "verify.mjs"} <= \
+        {p.name for p in ts.iterdir()}
+    assert not (ts / "tests").exists()
+    toy = unpacked_wheel / "harness" / "_toy_fixture"
+    assert {p.name for p in toy.iterdir()} == {p.name for p in (REPO / "fixtures" / "toy").iterdir()}
+
+
+def test_parity_run_from_an_empty_directory_runs_every_builtin_backend(unpacked_wheel: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PARITY_TS_DIR", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(unpacked_wheel)
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--no-skip", "-q"], capture_output=True,
+                          text=True, env=env, cwd=empty, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    header = proc.stdout.splitlines()[0]
+    assert header.startswith(f"parity: fixture {unpacked_wheel / 'harness' / '_toy_fixture'} (12 cases, 43 taps)")
+    assert set(header.split("backends: ")[1].split(", ")) == builtin_backends()
+    assert proc.stdout.splitlines()[-1].startswith("PASS")
+    assert list(empty.iterdir()) == []  # nothing written into the working directory
