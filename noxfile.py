@@ -1,4 +1,4 @@
-"""nox sessions: `parity` (the check), `tests` (the suite), `lint`, `fixtures`, `bench`.
+"""nox sessions: `parity` (the check), `tests` (the suite), `lint`, `fixtures`, `bench`, `install_check`.
 
 Dependencies are declared once, in pyproject.toml's extras; sessions install the project from it.
 nox's virtualenv backend is used on purpose: uv would download a multi-GB CUDA build of torch,
@@ -6,6 +6,9 @@ while pip takes the pinned CPU build (torch==2.13.0).
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import nox
 
@@ -23,9 +26,13 @@ def parity(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite, a full parity run over every built-in backend included; args go to pytest."""
+    """Run the whole test suite, a full parity run over every built-in backend included; args go to pytest.
+
+    Tests run on every core (pytest-xdist, `-n auto`); pass `-n 0` after `--` to run them in one process.
+    """
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs, env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs,
+                env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
 
 
 @nox.session
@@ -50,3 +57,14 @@ def bench(session: nox.Session) -> None:
     """Print timings: each backend's run on the fixture, and training the toy; args go to the benchmark."""
     session.install("-e", ".[all]")
     session.run("python", "-m", "benchmarks.bench", *session.posargs)
+
+
+@nox.session(default=False, reuse_venv=False)
+def install_check(session: nox.Session) -> None:
+    """`pip install .` (not editable) into a fresh virtualenv, then `parity run --no-skip` from an empty directory."""
+    session.install(".[all]")
+    empty = Path(session.create_tmp()) / "empty"
+    shutil.rmtree(empty, ignore_errors=True)
+    empty.mkdir()
+    session.chdir(empty)
+    session.run("parity", "run", "--no-skip", *session.posargs, env={"PARITY_TS_DIR": ""})
