@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -271,3 +273,25 @@ def test_the_fixture_id_ignores_goldens_and_tolerances_but_not_weights_or_cases(
     assert changed_case != original
     perturb_weight(fixture_copy, "wte.weight", (0, 0), 1e-3)
     assert fixture_id(load_fixture(fixture_copy)) not in (original, changed_case)
+
+
+def test_the_docs_recipe_writes_a_dump_that_compare_accepts(toy_dir: Path, tmp_path: Path) -> None:
+    """docs/dump-format.md's byte-layout recipe (stdlib + NumPy) is literally usable."""
+    from harness.backends.numpy_backend import NumpyBackend
+
+    doc = (REPO / "docs" / "dump-format.md").read_text()
+    match = re.search(r"<!-- dump-recipe -->\n```python\n(.*?)\n```", doc, re.DOTALL)
+    assert match, "the recipe block is gone from docs/dump-format.md"
+    namespace: dict[str, Any] = {}
+    exec(compile(match.group(1), "dump-format.md", "exec"), namespace)
+    fixture = load_fixture(toy_dir)
+    output = NumpyBackend().run(fixture, "fp64")
+    tensors = {f"{case}/{tap}": value for case, taps in output.items() for tap, value in taps.items()}
+    path = tmp_path / "recipe.safetensors"
+    namespace["write_dump"](path, tensors, {
+        "format": "parity-dump", "format_version": "1", "backend": "recipe", "precision": "fp64",
+        "fixture_id": fixture_id(fixture), "platform": "test", "parity_version": "0.1.0",
+    })
+    proc = run_cli("compare", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("PASS: every backend agrees on every tap; 1032 passed, 0 failed")
