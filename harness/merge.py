@@ -11,12 +11,13 @@ different fixtures, and two reports holding the same backend x precision.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.budget import GOLDEN_FP32, BudgetRow
-from harness.compare import CheckResult, FirstDivergence, TapSummary
+from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
 from harness.errors import ParityError
 from harness.report import SCHEMA_VERSION
 from harness.runner import BackendRun, Report
@@ -37,6 +38,20 @@ def _build(cls: type[T], row: Any, path: Path, what: str, **extra: Any) -> T:
         return cls(**{k: v for k, v in row.items() if k in names}, **extra)
     except TypeError as exc:
         raise MergeError(f"{path}: malformed report: an entry of {what!r} lacks a field ({exc})") from None
+
+
+def _restore_infinities(row: CheckResult | TapSummary | BudgetRow) -> None:
+    """The JSON writes infinite errors (structural failures: shape, NaN, infinity) as null: read them back.
+
+    A failing row without an error is a structural failure (infinite), unless the tap was missing.
+    """
+    if row.status != FAIL or row.max_abs is not None or row.message.startswith("missing"):
+        return
+    row.max_abs = math.inf
+    if isinstance(row, BudgetRow):
+        row.eps32_units = row.eps64_units = math.inf
+    else:
+        row.max_rel = row.min_atol = math.inf
 
 
 def _list(doc: dict[str, Any], key: str, path: Path) -> list[Any]:
@@ -88,15 +103,20 @@ def merge_reports(paths: list[Path]) -> Report:
             if run.status != "not_supported":
                 owner[(run.backend, run.precision)] = path
         report.runs += runs
-        report.results += [_build(CheckResult, r, path, "results") for r in _list(doc, "results", path)]
-        report.summaries += [_build(TapSummary, r, path, "taps") for r in _list(doc, "taps", path)]
+        results = [_build(CheckResult, r, path, "results") for r in _list(doc, "results", path)]
+        summaries = [_build(TapSummary, r, path, "taps") for r in _list(doc, "taps", path)]
+        rows = [_build(BudgetRow, r, path, "budget") for r in _list(doc, "budget", path)]
+        everything: list[CheckResult | TapSummary | BudgetRow] = [*results, *summaries, *rows]
+        for row in everything:
+            _restore_infinities(row)
+        report.results += results
+        report.summaries += summaries
         divergences = doc.get("first_divergence", {})
         if not isinstance(divergences, dict):
             raise MergeError(f"{path}: malformed report: 'first_divergence' is not an object")
         for backend, entries in divergences.items():
             report.divergences += [_build(FirstDivergence, e, path, "first_divergence", backend=backend)
                                    for e in (entries if isinstance(entries, list) else [entries])]
-        rows = [_build(BudgetRow, r, path, "budget") for r in _list(doc, "budget", path)]
         if golden_rows_seen:  # the fixture's own golden.fp32 row: once, from the first report that has it
             rows = [r for r in rows if r.backend != GOLDEN_FP32]
         golden_rows_seen = golden_rows_seen or any(r.backend == GOLDEN_FP32 for r in rows)

@@ -108,3 +108,26 @@ def test_the_same_backend_twice_or_a_broken_file_exits_2(
     (tmp_path / "cut.json").write_text(runs["numpy"][0].read_text()[:100])
     assert_one_line_error(run_cli("merge", str(tmp_path / "cut.json")), "cut.json", "not valid JSON")
     assert_one_line_error(run_cli("merge", str(tmp_path / "none.json")), "none.json", "file not found")
+
+
+def test_merging_one_report_reproduces_its_table_structural_failures_included(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """A NaN (an infinite error, null in the JSON) reads back as inf: the merged table is the report's own."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    src = runs["numpy"][0].parent / "numpy" / "numpy.fp64.safetensors"
+    with safe_open(str(src), framework="numpy") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        meta = f.metadata()
+    tensors["grammar_0/hook_embed"] = tensors["grammar_0/hook_embed"].copy()
+    tensors["grammar_0/hook_embed"][1, 1] = float("nan")
+    del tensors["grammar_1/logits"]  # declared in the metadata's "taps": missing, no error to show
+    save_file(tensors, str(tmp_path / "nan.safetensors"), metadata=meta)
+    judged = run_cli("compare", str(tmp_path / "nan.safetensors"), "--json", str(tmp_path / "nan.json"), "--budget")
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    merged = run_cli("merge", str(tmp_path / "nan.json"), "--budget")
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert "max_abs inf" in judged.stdout and "max_abs -" in judged.stdout
+    assert merged.stdout.splitlines()[1:] == judged.stdout.splitlines()[1:]  # all but the first line
