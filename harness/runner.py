@@ -94,16 +94,9 @@ def validate_output(backend: Backend, fixture: Fixture, output: object) -> Backe
 
 
 def compare_output(
-    backend: Backend, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
-) -> list[CheckResult]:
-    """Every case x tap x tier of one backend run, in dataflow order."""
-    return compare_named_output(backend.name, fixture, precision, output, supported)
-
-
-def compare_named_output(
     name: str, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
 ) -> list[CheckResult]:
-    """Every case x tap x tier of one output, whatever produced it (a live backend or a dump)."""
+    """Every case x tap x tier of one output of backend `name` (run live or read from a dump), in dataflow order."""
     results: list[CheckResult] = []
     for golden_tier in tiers_for(precision):
         golden = fixture.golden(golden_tier)
@@ -207,7 +200,7 @@ def add_output(
 
     `run_parity` calls it for each live backend run, `harness.dump.compare_dumps` for each dump.
     """
-    report.results += compare_named_output(name, fixture, precision, output, supported)
+    report.results += compare_output(name, fixture, precision, output, supported)
     report.outputs[(name, precision)] = output
     report.supported[(name, precision)] = list(supported)
     report.budget += budget_rows(fixture, name, precision, output, supported)
