@@ -1,4 +1,4 @@
-"""The `parity` command: run, lens, backends, export, check-backend.
+"""The `parity` command: run, compare, merge, lens, backends, export, check-backend, selftest.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
 User errors are one line on stderr, never a traceback.
@@ -71,6 +71,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for precision in PRECISIONS:
         fixture.golden(precision)  # validate both golden files before spending time on backends
     fixture.weights()
+    if args.save_outputs:
+        from harness.dump import check_writable
+
+        check_writable(Path(args.save_outputs))  # before spending time on backends
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"backends: {', '.join(b.name for b in backends) or 'none'}")
     for line in skipped:
@@ -84,10 +88,56 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
+    if args.save_outputs:
+        from harness.dump import save_outputs
+
+        save_outputs(report, fixture, Path(args.save_outputs))
     return report.exit_code
 
 
-def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixture) -> None:
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Judge dumps (docs/dump-format.md) against the fixture's goldens, with `parity run`'s report and exit codes."""
+    from harness.dump import compare_dumps
+    from harness.report import print_report, write_json
+
+    fixture = load_fixture(args.fixture)
+    if args.plot:
+        from harness.plots import require_matplotlib
+
+        require_matplotlib()
+    for precision in PRECISIONS:
+        fixture.golden(precision)
+    fixture.weights()
+    report = compare_dumps(fixture, [Path(p) for p in args.dumps])
+    dumps = ", ".join(f"{run.backend} {run.precision}" for run in report.runs)
+    print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
+          f"dumps: {dumps}")
+    print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
+    if args.json:
+        write_json(report, Path(args.json))
+    _write_extra_reports(args, report, fixture)
+    return report.exit_code
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Merge the JSON reports of sharded runs into one report, verdict and exit code."""
+    from harness.merge import merge_reports
+    from harness.report import print_report, write_json
+
+    report = merge_reports([Path(p) for p in args.reports])
+    backends = ", ".join(dict.fromkeys(run.backend for run in report.runs))
+    print(f"parity: merged {len(args.reports)} reports of fixture {report.fixture} ({report.fixture_id[:19]}...); "
+          f"backends: {backends or 'none'}")
+    for line in report.skipped:
+        print(f"parity: skipped: {line}")
+    print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
+    if args.json:
+        write_json(report, Path(args.json))
+    _write_extra_reports(args, report, None)  # no --plot: a picture needs the fixture (compare the dumps)
+    return report.exit_code
+
+
+def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixture | None) -> None:
     """--junit, --markdown (and $GITHUB_STEP_SUMMARY) and --plot, after the terminal report."""
     if args.junit:
         from harness.junit import write_junit
@@ -97,7 +147,7 @@ def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixt
         from harness.markdown import write_markdown
 
         write_markdown(report, Path(args.markdown))
-    if args.plot:
+    if fixture is not None and args.plot:
         from harness.plots import plot_error_ladder
 
         plot_error_ladder(report, fixture, Path(args.plot))
@@ -232,7 +282,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--markdown", metavar="PATH",
                      help="write a Markdown summary (appended to $GITHUB_STEP_SUMMARY too when it is set)")
     run.add_argument("--plot", metavar="PATH", help="draw the error ladder (PNG or SVG, by extension)")
+    run.add_argument("--save-outputs", metavar="DIR",
+                     help="write each backend x precision's taps to DIR/{backend}.{precision}.safetensors "
+                          "(a dump: docs/dump-format.md)")
     run.set_defaults(func=cmd_run)
+
+    compare = sub.add_parser("compare", help="judge dumps (saved outputs, from any language) against the goldens")
+    compare.add_argument("dumps", nargs="+", metavar="DUMP", help="dump files (docs/dump-format.md)")
+    compare.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    _report_options(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    merge = sub.add_parser("merge", help="merge the JSON reports of sharded runs into one verdict")
+    merge.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports (`parity run --json`)")
+    merge.add_argument("--json", metavar="PATH", help="write the merged report as JSON")
+    merge.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per backend x tier x tap")
+    merge.add_argument("--markdown", metavar="PATH",
+                       help="write a Markdown summary (appended to $GITHUB_STEP_SUMMARY too when it is set)")
+    merge.add_argument("--budget", action="store_true", help="add the error budget of every report")
+    merge.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
+    merge.set_defaults(func=cmd_merge)
 
     lens = sub.add_parser("lens", help="the logit lens of one case: each stream's top guess at each position")
     lens.add_argument("--case", required=True, help="case name (from the fixture's manifest)")
@@ -273,6 +342,18 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     selftest.set_defaults(func=cmd_selftest)
     return parser
+
+
+def _report_options(parser: argparse.ArgumentParser) -> None:
+    """The report options `parity compare` shares with `parity run`."""
+    parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    parser.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
+    parser.add_argument("--budget", action="store_true",
+                        help="add the error budget: every result against the float64 truth, in float32 epsilons")
+    parser.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per backend x tier x tap")
+    parser.add_argument("--markdown", metavar="PATH",
+                        help="write a Markdown summary (appended to $GITHUB_STEP_SUMMARY too when it is set)")
+    parser.add_argument("--plot", metavar="PATH", help="draw the error ladder (PNG or SVG, by extension)")
 
 
 def main(argv: list[str] | None = None) -> int:

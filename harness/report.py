@@ -4,7 +4,7 @@ JSON schema (version 1), stable for CI scripts:
 
     {
       "schema": "parity-report", "schema_version": 1,
-      "fixture": str, "passed": bool, "exit_code": 0 | 1 | 2,
+      "fixture": str, "fixture_id": str, "passed": bool, "exit_code": 0 | 1 | 2,
       "counts": {"passed": int, "failed": int, "not_supported": int},
       "results": [ {"backend", "precision", "golden", "case", "tap", "status", "passed",
                     "max_abs", "max_rel", "min_atol", "atol", "rtol", "index", "actual",
@@ -15,7 +15,7 @@ JSON schema (version 1), stable for CI scripts:
                                       "expected", "max_abs", "atol", "message", "upstream_taps",
                                       "upstream_max_abs", "by_case", "n_bad", "location", "axes",
                                       "previous_tap", "previous_max_abs"} ]},
-      "runs": [ {"backend", "precision", "seconds", "status", "message"} ],
+      "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump"
       "skipped": [str],                                  # registered backends not run (missing dependencies)
       "budget": [ {"backend", "precision", "tap", "status", "max_abs", "magnitude", "eps32_units",
                    "eps64_units", "case", "index", "message"} ]  # against golden.fp64; see harness/budget.py
@@ -24,7 +24,10 @@ JSON schema (version 1), stable for CI scripts:
 `location` names the worst cell by axis ("position 3 ('sleeps'), head 1, key position 0 ('.')"),
 and `axes` gives the same as {"position": 3, "head": 1, "key_position": 0}; `results` rows carry
 `n_bad`, the number of cells that break tolerance. The `budget` rows (added in version 1 without
-breaking it) include the fixture's own float32 golden as backend "golden.fp32".
+breaking it) include the fixture's own float32 golden as backend "golden.fp32". Also added in
+version 1: `fixture_id`, the fixture's content hash (harness/fixture_id.py, docs/dump-format.md),
+which `parity merge` uses to refuse reports of different fixtures; and the run status "dump"
+(`parity compare`: the outputs were read from the dump file named in `message`, `seconds` is 0).
 
 `status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. Infinite
 errors (structural failures: shape, dtype, NaN, infinity mismatch) are written as null.
@@ -42,6 +45,7 @@ from harness.compare import NOT_SUPPORTED, FirstDivergence, TapSummary
 from harness.runner import Report
 
 SCHEMA_VERSION = 1
+DUMP = "dump"  # a run's status when its outputs were read from a dump (`parity compare`)
 
 
 def _num(x: float | None) -> str:
@@ -176,6 +180,8 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
     for run in report.runs:
         if run.status == "ran":
             print(f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s", file=out)
+        elif run.status == DUMP:
+            print(f"{run.backend:<22} {run.precision}  from dump {run.message}", file=out)
         else:
             print(f"{run.backend:<22} {run.precision}  not supported ({run.message})", file=out)
     if report.divergences:
@@ -209,6 +215,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "schema": "parity-report",
         "schema_version": SCHEMA_VERSION,
         "fixture": report.fixture,
+        "fixture_id": report.fixture_id,
         "passed": report.passed,
         "exit_code": report.exit_code,
         "counts": {

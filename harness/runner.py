@@ -57,6 +57,9 @@ class Report:
     skipped: list[str] = field(default_factory=list)  # registered backends not run: missing dependencies
     # What each backend returned, by (backend, precision): {case: {tap: array}}. Not written to JSON.
     outputs: dict[tuple[str, str], BackendOutput] = field(default_factory=dict, repr=False)
+    fixture_id: str = ""  # the fixture's content hash (harness/fixture_id.py), "" when not computed
+    # The taps each (backend, precision) declared: what a dump of its output holds. Not written to JSON.
+    supported: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
 
     @property
     def n_failed(self) -> int:
@@ -91,9 +94,9 @@ def validate_output(backend: Backend, fixture: Fixture, output: object) -> Backe
 
 
 def compare_output(
-    backend: Backend, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
+    name: str, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
 ) -> list[CheckResult]:
-    """Every case x tap x tier of one backend run, in dataflow order."""
+    """Every case x tap x tier of one output of backend `name` (run live or read from a dump), in dataflow order."""
     results: list[CheckResult] = []
     for golden_tier in tiers_for(precision):
         golden = fixture.golden(golden_tier)
@@ -102,21 +105,21 @@ def compare_output(
             for tap in fixture.tap_names:
                 tol = tolerances.for_tap(tap)
                 if tap not in supported:
-                    results.append(CheckResult(backend.name, precision, golden_tier, case.name, tap,
+                    results.append(CheckResult(name, precision, golden_tier, case.name, tap,
                                                NOT_SUPPORTED, None, tol.atol, tol.rtol))
                     continue
                 expected = golden[case.name][tap]
                 actual = output[case.name].get(tap)
                 if actual is None:
                     results.append(CheckResult(
-                        backend.name, precision, golden_tier, case.name, tap, "fail", False, tol.atol, tol.rtol,
+                        name, precision, golden_tier, case.name, tap, "fail", False, tol.atol, tol.rtol,
                         message="missing: the backend declares this tap but did not return it",
                     ))
                     continue
                 if golden_tier != precision:  # float64 result against the float32 golden, in float64
                     expected = expected.astype(np.float64)
                 cmp = compare_tensors(np.asarray(actual), expected, tol.atol, tol.rtol)
-                results.append(check_result(backend.name, precision, golden_tier, case.name, tap, cmp,
+                results.append(check_result(name, precision, golden_tier, case.name, tap, cmp,
                                             tol.atol, tol.rtol))
     return results
 
@@ -185,13 +188,33 @@ def run_parity(
             supported, output = run_backend(backend, fixture, precision)
             seconds = time.perf_counter() - start
             report.runs.append(BackendRun(backend.name, precision, seconds, "ran"))
-            report.results += compare_output(backend, fixture, precision, output, supported)
-            report.outputs[(backend.name, precision)] = output
-            report.budget += budget_rows(fixture, backend.name, precision, output, supported)
+            add_output(report, fixture, backend.name, precision, output, supported)
+    finish_report(report, fixture)
+    return report
+
+
+def add_output(
+    report: Report, fixture: Fixture, name: str, precision: Precision, output: BackendOutput, supported: list[str]
+) -> None:
+    """Judge one (backend, precision) output against the goldens, whatever produced it, into `report`.
+
+    `run_parity` calls it for each live backend run, `harness.dump.compare_dumps` for each dump.
+    """
+    report.results += compare_output(name, fixture, precision, output, supported)
+    report.outputs[(name, precision)] = output
+    report.supported[(name, precision)] = list(supported)
+    report.budget += budget_rows(fixture, name, precision, output, supported)
+
+
+def finish_report(report: Report, fixture: Fixture) -> None:
+    """After every `add_output`: per-tap summaries, first divergences named by axis, the budget's reference rows."""
     report.summaries, report.divergences = summarize(report.results, fixture.tap_names)
     name_divergences(report.divergences, fixture)
     report.budget = reference_rows(fixture) + report.budget
-    return report
+    if not report.fixture_id:
+        from harness.fixture_id import fixture_id
+
+        report.fixture_id = fixture_id(fixture)
 
 
 def name_divergences(divergences: list[FirstDivergence], fixture: Fixture) -> None:

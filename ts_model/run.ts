@@ -6,9 +6,8 @@
 // and exit code 2 (bad input) or 1 (anything else).
 
 import { readFixture, readParams, FixtureError } from "./fixture.ts";
-import { runWithTaps } from "./model.ts";
 import { SafetensorsError, writeSafetensors } from "./safetensors.ts";
-import type { Tensor } from "./model.ts";
+import { computeAllTaps } from "./taps.ts";
 
 function main(argv: readonly string[]): void {
   if (argv.length !== 2) {
@@ -16,16 +15,7 @@ function main(argv: readonly string[]): void {
   }
   const [fixtureDir, outPath] = argv as [string, string];
   const fixture = readFixture(fixtureDir);
-  const params = readParams(fixture);
-  const out = new Map<string, Tensor>();
-  for (const c of fixture.cases) {
-    const taps = runWithTaps(params, fixture.config, c.tokens);
-    for (const tap of fixture.taps) {
-      const value = taps.get(tap);
-      if (value === undefined) throw new Error(`case '${c.name}': the model produced no tap '${tap}'`);
-      out.set(`${c.name}/${tap}`, value);
-    }
-  }
+  const out = computeAllTaps(fixture, readParams(fixture));
   writeSafetensors(outPath, out, { producer: "parity ts_model/run.ts", precision: "fp64" });
 }
 

@@ -1,0 +1,130 @@
+"""Merge the JSON reports of sharded runs (`parity merge`) into one report, verdict and exit code.
+
+Each CI job (one per backend group, per platform) runs `parity run --backends ... --json R.json`
+on the same fixture; one job then merges the files. The merged report holds every input's
+results, tap summaries, first divergences, runs and budget rows, so its verdict and counts are
+those of one run of every backend. Refused (exit 2, one line naming the file): a file that is not
+a parity report, a schema version this parity does not read, reports without a fixture id or of
+different fixtures, and two reports holding the same backend x precision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harness.budget import GOLDEN_FP32, BudgetRow
+from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
+from harness.errors import ParityError
+from harness.report import SCHEMA_VERSION
+from harness.runner import BackendRun, Report
+
+T = TypeVar("T")
+
+
+class MergeError(ParityError):
+    """Reports that cannot be merged (exit 2)."""
+
+
+def _build(cls: type[T], row: Any, path: Path, what: str, **extra: Any) -> T:
+    """A report dataclass from a JSON object: known fields only (later additions to schema 1 are ignored)."""
+    if not isinstance(row, dict):
+        raise MergeError(f"{path}: malformed report: an entry of {what!r} is not an object")
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    try:
+        return cls(**{k: v for k, v in row.items() if k in names}, **extra)
+    except TypeError as exc:
+        raise MergeError(f"{path}: malformed report: an entry of {what!r} lacks a field ({exc})") from None
+
+
+def _restore_infinities(row: CheckResult | TapSummary | BudgetRow) -> None:
+    """The JSON writes infinite errors (structural failures: shape, NaN, infinity) as null: read them back.
+
+    A failing row without an error is a structural failure (infinite), unless the tap was missing.
+    """
+    if row.status != FAIL or row.max_abs is not None or row.message.startswith("missing"):
+        return
+    row.max_abs = math.inf
+    if isinstance(row, BudgetRow):
+        row.eps32_units = row.eps64_units = math.inf
+    else:
+        row.max_rel = row.min_atol = math.inf
+
+
+def _list(doc: dict[str, Any], key: str, path: Path) -> list[Any]:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise MergeError(f"{path}: malformed report: {key!r} is not a list")
+    return value
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A parity JSON report, checked for its schema and version."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MergeError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise MergeError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MergeError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "parity-report":
+        raise MergeError(f"{path}: not a parity report (no \"schema\": \"parity-report\")")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise MergeError(f"{path}: report schema version {doc.get('schema_version')!r}, "
+                         f"this parity merges version {SCHEMA_VERSION}")
+    if not isinstance(doc.get("fixture_id"), str) or not doc["fixture_id"]:
+        raise MergeError(f"{path}: the report has no fixture_id (written by an older parity): cannot tell "
+                         "which fixture it is about")
+    return doc
+
+
+def merge_reports(paths: list[Path]) -> Report:
+    """One Report from the JSON reports of several runs of the same fixture (see the module docstring)."""
+    docs = [(p, read_report(p)) for p in paths]
+    first_path, first = docs[0]
+    report = Report(str(first.get("fixture", "")), fixture_id=first["fixture_id"])
+    owner: dict[tuple[str, str], Path] = {}
+    golden_rows_seen = False
+    for path, doc in docs:
+        if doc["fixture_id"] != first["fixture_id"]:
+            raise MergeError(f"{path}: a report of another fixture (fixture_id {doc['fixture_id'][:19]}..., "
+                             f"{first_path} has {first['fixture_id'][:19]}...)")
+        runs = [_build(BackendRun, r, path, "runs") for r in _list(doc, "runs", path)]
+        for run in runs:
+            key = (run.backend, run.precision)
+            if run.status != "not_supported" and key in owner:
+                raise MergeError(f"{path}: {run.backend} {run.precision} is in {owner[key]} too: "
+                                 "each backend x precision must come from one report")
+        for run in runs:
+            if run.status != "not_supported":
+                owner[(run.backend, run.precision)] = path
+        report.runs += runs
+        results = [_build(CheckResult, r, path, "results") for r in _list(doc, "results", path)]
+        summaries = [_build(TapSummary, r, path, "taps") for r in _list(doc, "taps", path)]
+        rows = [_build(BudgetRow, r, path, "budget") for r in _list(doc, "budget", path)]
+        everything: list[CheckResult | TapSummary | BudgetRow] = [*results, *summaries, *rows]
+        for row in everything:
+            _restore_infinities(row)
+        report.results += results
+        report.summaries += summaries
+        divergences = doc.get("first_divergence", {})
+        if not isinstance(divergences, dict):
+            raise MergeError(f"{path}: malformed report: 'first_divergence' is not an object")
+        for backend, entries in divergences.items():
+            report.divergences += [_build(FirstDivergence, e, path, "first_divergence", backend=backend)
+                                   for e in (entries if isinstance(entries, list) else [entries])]
+        if golden_rows_seen:  # the fixture's own golden.fp32 row: once, from the first report that has it
+            rows = [r for r in rows if r.backend != GOLDEN_FP32]
+        golden_rows_seen = golden_rows_seen or any(r.backend == GOLDEN_FP32 for r in rows)
+        report.budget += rows
+        for line in _list(doc, "skipped", path):
+            if isinstance(line, str) and line not in report.skipped:
+                report.skipped.append(line)
+    # A backend skipped on one machine but run on another was not skipped by the merged run.
+    ran = {run.backend for run in report.runs if run.status != "not_supported"}
+    report.skipped = [s for s in report.skipped if not any(s.startswith(f"backend {b!r} ") for b in ran)]
+    return report

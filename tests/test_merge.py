@@ -1,0 +1,133 @@
+"""`parity merge`: JSON reports of sharded runs combine into the verdict and counts of one run of all."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_cli import assert_one_line_error
+
+SHARDS = ("numpy", "onnxruntime")
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
+    """One `parity run --json` per shard, and one run of both backends: {name: (json path, process)}."""
+    root = tmp_path_factory.mktemp("shards")
+    out = {}
+    for name, backends in [*((s, s) for s in SHARDS), ("both", ",".join(SHARDS))]:
+        path = root / f"{name}.json"
+        proc = run_cli("run", "--backends", backends, "--json", str(path), "--save-outputs", str(root / name))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out[name] = (path, proc)
+    return out
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def checks(report: dict[str, Any]) -> set[tuple[str, ...]]:
+    return {(r["backend"], r["precision"], r["golden"], r["case"], r["tap"], r["status"]) for r in report["results"]}
+
+
+def runs_of(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return sorted((r["backend"], r["precision"], r["status"]) for r in report["runs"])
+
+
+def test_two_shards_merge_to_the_verdict_and_counts_of_one_run_of_both(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    merged_json, junit, md = tmp_path / "merged.json", tmp_path / "merged.xml", tmp_path / "merged.md"
+    proc = run_cli("merge", *(str(runs[s][0]) for s in SHARDS), "--json", str(merged_json), "--junit", str(junit),
+                   "--markdown", str(md))
+    both_path, both = runs["both"]
+    assert proc.returncode == both.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == both.stdout.splitlines()[-1]  # the verdict line, counts included
+    assert [ln for ln in proc.stdout.splitlines() if " vs " in ln] == [ln for ln in both.stdout.splitlines()
+                                                                        if " vs " in ln]
+    merged, one = load(merged_json), load(both_path)
+    for key in ("passed", "exit_code", "counts", "fixture_id", "first_divergence"):
+        assert merged[key] == one[key], key
+    assert checks(merged) == checks(one) and merged["counts"]["passed"] > 0
+    assert runs_of(merged) == runs_of(one) and ("onnxruntime", "fp64", "not_supported") in runs_of(one)
+    assert len(merged["taps"]) == len(one["taps"]) and len(merged["budget"]) == len(one["budget"])
+    assert ET.parse(junit).getroot().get("tests") == str(len(one["taps"]))
+    assert "| onnxruntime | fp32 vs fp32 | pass |" in md.read_text()
+
+
+def test_a_failing_shard_makes_the_merge_fail(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """A shard judged from a dump with one cell moved: the merged verdict is FAIL, exit 1, naming it."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    src = runs["numpy"][0].parent / "numpy" / "numpy.fp32.safetensors"
+    with safe_open(str(src), framework="numpy") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        meta = f.metadata()
+    tensors["grammar_0/logits"] = tensors["grammar_0/logits"] + 1e-3
+    save_file(tensors, str(tmp_path / "moved.safetensors"), metadata=meta)
+    judged = run_cli("compare", str(tmp_path / "moved.safetensors"), "--json", str(tmp_path / "numpy.json"))
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    proc = run_cli("merge", str(tmp_path / "numpy.json"), str(runs["onnxruntime"][0]))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "numpy fp32 vs fp32: first divergence at logits, case grammar_0" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("FAIL: disagreement in numpy fp32 vs fp32;")
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (lambda r: r.update(fixture_id="sha256:" + "0" * 64), "a report of another fixture"),
+    (lambda r: r.update(schema_version=2), "report schema version 2"),
+    (lambda r: r.pop("fixture_id"), "has no fixture_id"),
+    (lambda r: r.update(schema="something-else"), "not a parity report"),
+    (lambda r: r.update(results="oops"), "'results' is not a list"),
+])
+def test_reports_that_cannot_be_merged_exit_2_naming_the_file(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path, change: Any, needle: str
+) -> None:
+    report = load(runs["onnxruntime"][0])
+    change(report)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(report))
+    assert_one_line_error(run_cli("merge", str(runs["numpy"][0]), str(bad)), str(bad), needle)
+
+
+def test_the_same_backend_twice_or_a_broken_file_exits_2(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    numpy = str(runs["numpy"][0])
+    assert_one_line_error(run_cli("merge", numpy, str(runs["both"][0])), "numpy fp32 is in", numpy)
+    (tmp_path / "cut.json").write_text(runs["numpy"][0].read_text()[:100])
+    assert_one_line_error(run_cli("merge", str(tmp_path / "cut.json")), "cut.json", "not valid JSON")
+    assert_one_line_error(run_cli("merge", str(tmp_path / "none.json")), "none.json", "file not found")
+
+
+def test_merging_one_report_reproduces_its_table_structural_failures_included(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """A NaN (an infinite error, null in the JSON) reads back as inf: the merged table is the report's own."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    src = runs["numpy"][0].parent / "numpy" / "numpy.fp64.safetensors"
+    with safe_open(str(src), framework="numpy") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        meta = f.metadata()
+    tensors["grammar_0/hook_embed"] = tensors["grammar_0/hook_embed"].copy()
+    tensors["grammar_0/hook_embed"][1, 1] = float("nan")
+    del tensors["grammar_1/logits"]  # declared in the metadata's "taps": missing, no error to show
+    save_file(tensors, str(tmp_path / "nan.safetensors"), metadata=meta)
+    judged = run_cli("compare", str(tmp_path / "nan.safetensors"), "--json", str(tmp_path / "nan.json"), "--budget")
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    merged = run_cli("merge", str(tmp_path / "nan.json"), "--budget")
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert "max_abs inf" in judged.stdout and "max_abs -" in judged.stdout
+    assert merged.stdout.splitlines()[1:] == judged.stdout.splitlines()[1:]  # all but the first line

@@ -1,0 +1,53 @@
+// Write a parity dump with nothing but Node (docs/dump-format.md):
+//
+//     node ts_model/dump.mts FIXTURE_DIR OUT.safetensors [BACKEND_NAME]     (default name: typescript)
+//
+// Runs every case through model.ts in float64 and writes every tap under "{case}/{tap}" as F64,
+// with the metadata `parity compare` checks: format, backend, precision "fp64", the fixture id
+// (computed here, in TypeScript), platform and version. Then, on any machine with the fixture:
+//
+//     parity compare OUT.safetensors
+//
+// On any error: one line on stderr and exit code 2 (bad input) or 1 (anything else).
+
+import { readFileSync } from "node:fs";
+
+import { dumpMetadata, fixtureId } from "./dump-format.ts";
+import { FixtureError, readFixture, readParams } from "./fixture.ts";
+import { SafetensorsError, writeSafetensors } from "./safetensors.ts";
+import { computeAllTaps } from "./taps.ts";
+
+/** The version of this checkout (package.json), which releases with parity. */
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf-8")) as { version?: unknown };
+  return typeof pkg.version === "string" ? pkg.version : "unknown";
+}
+
+function main(argv: readonly string[]): void {
+  if (argv.length < 2 || argv.length > 3) {
+    throw new FixtureError("usage: node ts_model/dump.mts FIXTURE_DIR OUT.safetensors [BACKEND_NAME]");
+  }
+  const [fixtureDir, outPath, backend = "typescript"] = argv as [string, string, string?];
+  const fixture = readFixture(fixtureDir);
+  // No golden file is read: a machine that only runs the model needs manifest.json and the weights.
+  const taps = computeAllTaps(fixture, readParams(fixture));
+  const version = packageVersion();
+  const metadata = dumpMetadata({
+    backend,
+    precision: "fp64",
+    fixtureId: fixtureId(fixtureDir),
+    parityVersion: version,
+    writer: `ts_model/dump.mts (parity-ts-model ${version})`,
+    taps: fixture.taps,
+  });
+  writeSafetensors(outPath, taps, metadata);
+  process.stdout.write(`dump.mts: wrote ${outPath} (${backend} fp64, ${taps.size} tensors, ${metadata.fixture_id})\n`);
+}
+
+try {
+  main(process.argv.slice(2));
+} catch (err) {
+  const message = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, " ");
+  process.stderr.write(`dump.mts: ${message}\n`);
+  process.exitCode = err instanceof FixtureError || err instanceof SafetensorsError ? 2 : 1;
+}
