@@ -1,6 +1,6 @@
 """Compare two tensors, and fold per-case results into per-tap verdicts and first divergences.
 
-The rules (REFERENCE.md section 3):
+The rules (docs/spec.md, section 3):
 - shape and dtype must match exactly; a mismatch fails, with both in the message;
 - NaN on the candidate side fails (NaN in a golden tensor is a broken fixture and fails too);
 - an infinity matches only the same infinity at the same place (masked attention scores);

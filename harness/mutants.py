@@ -6,7 +6,7 @@ loaded as a module and run like the pytorch backend in float32 and float64). Eac
 (anchor, replacement) pair whose anchor must occur exactly once in the file: a missing or repeated
 anchor raises `MutantAnchorError`, so the catalog cannot rot silently when the models change.
 
-For every mutant the catalog states the first tap (dataflow order, REFERENCE.md section 2) where
+For every mutant the catalog states the first tap (dataflow order, docs/spec.md, section 2) where
 it should show, and whether only the fp64 tier (float64 result vs the float64 golden at ~1e-12)
 should catch it: such a bug stays under the fp32 tolerance (1e-5) in every fp32-tolerance
 comparison. `harness.selftest` runs them all and checks both claims against the fixture.

@@ -7,7 +7,7 @@ set of plain functions over a parameter dictionary keyed by Hugging Face GPT-2 n
     sinusoidal_positions, layer_norm, gelu, attention, mlp, block, unembed, forward
 
 `GPT` is only the trainable container of those parameters. Every activation ("tap") of
-REFERENCE.md section 2 is recorded under its TransformerLens name when a `taps` dict is passed;
+docs/spec.md (section 2) is recorded under its TransformerLens name when a `taps` dict is passed;
 shapes below are for one sequence of T tokens (a leading batch axis also works, for training).
 """
 

@@ -1,4 +1,4 @@
-"""The comparison rules of REFERENCE.md section 3, one behaviour per test."""
+"""The comparison rules of docs/spec.md (section 3), one behaviour per test."""
 
 from __future__ import annotations
 

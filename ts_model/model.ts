@@ -6,7 +6,7 @@
 //     sinusoidalPositions, layerNorm, gelu, attention, mlp, block, unembed, forward, runWithTaps
 //
 // Parameters are read under their Hugging Face GPT-2 names, float32 in the weights file and
-// upcast to float64 here (`loadParams`). Every activation ("tap") of REFERENCE.md section 2 is
+// upcast to float64 here (`loadParams`). Every activation ("tap") of docs/spec.md (section 2) is
 // recorded under its TransformerLens name, one sequence of T tokens, no batch axis. Tensors are
 // row-major Float64Arrays with a shape; the comment on each line gives the shape.
 //
