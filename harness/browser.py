@@ -43,8 +43,11 @@ def package_dir(name: str) -> Path | None:
     return None
 
 
-def missing(packages: tuple[str, ...] = ()) -> list[str]:
-    """What a browser run lacks (empty when it can run): cheap, starts nothing but a cached `node --version`."""
+def missing(packages: tuple[str, ...] = (), need_browser: bool = True) -> list[str]:
+    """What a browser run lacks (empty when it can run): cheap, starts nothing but a cached `node --version`.
+
+    `need_browser=False`: only bundling (`parity serve` builds the page; the user brings the browser).
+    """
     try:
         find_node()
     except BackendUnavailable:
@@ -53,7 +56,9 @@ def missing(packages: tuple[str, ...] = ()) -> list[str]:
         return [f"{DRIVER} (a source checkout of parity)"]
     out = [f"node_modules/{p}" for p in (*DRIVER_PACKAGES, *packages) if package_dir(p) is None]
     chrome = os.environ.get("PARITY_CHROME")
-    if chrome:
+    if not need_browser:
+        pass
+    elif chrome:
         if not (os.path.isfile(chrome) and os.access(chrome, os.X_OK)):
             out.append(f"a browser (PARITY_CHROME={chrome} is not an executable file)")
     elif package_dir(CHROMIUM_PACKAGE) is None:
@@ -91,7 +96,9 @@ def run_driver(who: str, args: list[str], cwd: str) -> None:
         raise BackendFailed(f"{who}: {message}") from None
 
 
-def run_to_file(who: str, mode: str, fixture_root: Path, extra: list[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def run_to_file(
+    who: str, mode: str, fixture_root: Path, extra: list[str]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Run the driver in `mode` on a fixture; the tensors it wrote and the file's metadata."""
     from safetensors import safe_open
 

@@ -16,7 +16,18 @@
 
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
-import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  accessSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 
@@ -221,7 +232,7 @@ export class Chrome {
     exited.catch(() => {});
     const stop = (): void => {
       closing = true;
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+      killTree(proc);
       rmSync(profile, { recursive: true, force: true });
     };
     try {
@@ -278,9 +289,53 @@ export class Chrome {
     } catch {
       // already gone: killed below if not
     }
-    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGKILL");
+    killTree(this.proc); // Chrome if it did not quit, and any helper process left behind
     await Promise.race([gone, new Promise((resolve) => setTimeout(resolve, 5000))]);
     rmSync(this.profile, { recursive: true, force: true });
+  }
+}
+
+/** Every process below `pid` (Linux /proc; empty elsewhere), read while the tree is intact. */
+function descendants(pid: number): number[] {
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc").filter((e) => /^\d+$/.test(e));
+  } catch {
+    return [];
+  }
+  const children = new Map<number, number[]>();
+  for (const entry of entries) {
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf-8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  const out: number[] = [];
+  const todo = [pid];
+  while (todo.length > 0) {
+    for (const child of children.get(todo.pop()!) ?? []) {
+      out.push(child);
+      todo.push(child);
+    }
+  }
+  return out;
+}
+
+/** SIGKILL a process and everything below it (a browser's helpers, a wrapper script's children). */
+export function killTree(proc: ChildProcess): void {
+  // Only while it runs: the pid of a process that ended may already belong to another one.
+  if (proc.pid === undefined || proc.exitCode !== null || proc.signalCode !== null) return;
+  const below = descendants(proc.pid);
+  proc.kill("SIGKILL");
+  for (const pid of below) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
   }
 }
 
