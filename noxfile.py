@@ -18,6 +18,7 @@ nox.options.reuse_existing_virtualenvs = True
 def parity(session: nox.Session) -> None:
     """Run every built-in backend on fixtures/toy and compare every tap; args after -- go to `parity run`."""
     session.install("-e", ".[all]")
+    session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
     session.run("parity", "run", "--no-skip", *session.posargs)
 
 
@@ -25,6 +26,7 @@ def parity(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the whole test suite, a full parity run over every built-in backend included; args go to pytest."""
     session.install("-e", ".[test]")
+    session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
     session.run("pytest", *session.posargs, env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
 
 
