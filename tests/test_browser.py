@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -101,6 +103,18 @@ def test_a_planted_bug_fails_first_at_the_same_tap_in_the_browser_and_in_node(
     assert {golden for golden, _ in web} == ({"fp64"} if mutant.fp64_only else {"fp64", "fp32"})
 
 
+def run_in_own_group(args: list[str], timeout: float = 120) -> tuple[int, str, str]:
+    """Run a command in its own process group; on a timeout the whole group (the browser too) is killed."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, stdout, stderr
+
+
 @pytest.fixture(scope="module")
 def page_verdicts(toy_dir: Path, session_tmp: Path) -> dict[str, dict[str, str]]:
     """The learners' page for the toy and for a planted bug, checked in one browser launch."""
@@ -111,10 +125,9 @@ def page_verdicts(toy_dir: Path, session_tmp: Path) -> dict[str, dict[str, str]]
             mp.setenv("PARITY_TS_DIR", str(mutant_dir(mutant, session_tmp)))
             with serving(toy_dir) as bad:
                 mp.delenv("PARITY_TS_DIR")
-                proc = subprocess.run([find_node(), str(browser.DRIVER), "page", good, bad],
-                                      capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+                code, stdout, stderr = run_in_own_group([find_node(), str(browser.DRIVER), "page", good, bad])
+    assert code == 0, stderr
+    lines = [json.loads(line) for line in stdout.splitlines()]
     return {"good": lines[0], "bad": lines[1]}
 
 
@@ -230,3 +243,26 @@ def test_a_bad_timeout_setting_is_exit_2(toy_dir: Path, session_tmp: Path) -> No
     proc = run_cli("run", "--fixture", str(toy_dir), "--backends", "typescript-browser",
                    env=env(session_tmp, PARITY_BROWSER_TIMEOUT="soon"))
     assert "PARITY_BROWSER_TIMEOUT='soon'" in one_line_error(proc)
+
+
+def test_killing_parity_mid_run_takes_the_browser_with_it(toy_dir: Path, session_tmp: Path, tmp_path: Path) -> None:
+    marker = "31718"
+    chrome = fake_chrome(tmp_path, f"sleep {marker}")
+    parity = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--fixture", str(toy_dir), "--backends", "typescript-browser"],
+        env={**os.environ, **env(session_tmp, PARITY_CHROME=str(chrome), PARITY_BROWSER_TIMEOUT="60")},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not processes_mentioning(f"sleep {marker}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_mentioning(f"sleep {marker}"), "the fake browser never started"
+    finally:
+        parity.kill()  # no cleanup on the Python side: the driver must notice on its own
+        parity.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while processes_mentioning(f"sleep {marker}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_mentioning(f"sleep {marker}")
+    assert not processes_mentioning(str(browser.DRIVER))

@@ -150,6 +150,14 @@ async function packagedChromium(): Promise<Executable> {
   return { path: join(dir, "chromium"), args: chromium.args, env: { FONTCONFIG_FILE: join(dir, "fonts.conf") } };
 }
 
+const live = new Set<ChildProcess>(); // browsers started and not yet stopped
+
+/** Kill every browser this process started (on a signal, or when the harness that ran us is gone). */
+export function killAll(): void {
+  for (const proc of live) killTree(proc);
+  live.clear();
+}
+
 export async function findBrowser(): Promise<Executable> {
   const override = process.env["PARITY_CHROME"];
   return override ? systemChrome(override) : packagedChromium();
@@ -201,6 +209,8 @@ export class Chrome {
       rmSync(profile, { recursive: true, force: true });
       throw new BrowserTrouble(`cannot start ${exe.path}: ${err instanceof Error ? err.message : String(err)}`);
     }
+    live.add(proc);
+    proc.once("exit", () => live.delete(proc));
     const tail: string[] = []; // Chrome's last stderr lines, for the error message
     let endpoint: ((url: string) => void) | undefined;
     const ready = new Promise<string>((resolve) => {

@@ -20,7 +20,7 @@ import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 
 import { BROWSER_DIR, REPO_TS_DIR, bundle, packageDir } from "./bundle.mts";
-import { BrowserTrouble, Chrome, Deadline, oneLine } from "./chrome.mts";
+import { BrowserTrouble, Chrome, Deadline, killAll, oneLine } from "./chrome.mts";
 import { contentType, serve } from "./serve.mts";
 import type { Resource, StaticServer } from "./serve.mts";
 import type { Page } from "puppeteer-core";
@@ -190,6 +190,23 @@ async function main(argv: readonly string[]): Promise<void> {
   if (mode === "build") return build(rest);
   throw new UsageError(USAGE);
 }
+
+// Never outlive the harness: on a signal, or when the parent process is gone (parity interrupted or
+// killed), stop every browser and exit.
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  process.once(signal, () => {
+    killAll();
+    process.stderr.write(`run-browser: stopped by ${signal}\n`);
+    process.exit(2);
+  });
+}
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent) {
+    killAll();
+    process.exit(2);
+  }
+}, 500).unref();
 
 try {
   await main(process.argv.slice(2));
