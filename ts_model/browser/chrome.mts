@@ -189,7 +189,9 @@ export class Chrome {
   /** Start Chrome (see the module comment) and connect to it, within the deadline. */
   static async launch(deadline: Deadline): Promise<Chrome> {
     const exe = await deadline.within(findBrowser(), "unpacking the browser");
-    const profile = mkdtempSync(join(tmpdir(), "parity-chrome-"));
+    // PARITY_BROWSER_TAG goes into the profile's name: the test suite finds leftover browsers by it.
+    const tag = (process.env["PARITY_BROWSER_TAG"] ?? "").replace(/[^A-Za-z0-9_-]/g, "");
+    const profile = mkdtempSync(join(tmpdir(), `parity-chrome-${tag ? `${tag}-` : ""}`));
     const args = [
       ...exe.args,
       ...QUIET_FLAGS,
