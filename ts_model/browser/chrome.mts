@@ -63,6 +63,7 @@ export class Deadline {
 
   /** `promise`, or a BrowserTrouble naming `what` when the budget runs out first. */
   async within<T>(promise: Promise<T>, what: string, also: readonly Promise<never>[] = []): Promise<T> {
+    promise.catch(() => {}); // if it fails after the race is decided, that is not an unhandled rejection
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
@@ -171,11 +172,20 @@ export class Chrome {
   readonly pageErrors: Promise<never>; // rejects on the first error on any page's console
   private readonly proc: ChildProcess;
   private readonly profile: string;
+  private readonly expectExit: () => void; // from now on, Chrome exiting is not a crash
   private failPage: (err: BrowserTrouble) => void = () => {};
   private closing = false;
 
-  private constructor(browser: Browser, proc: ChildProcess, profile: string, deadline: Deadline, exited: Promise<never>) {
+  private constructor(
+    browser: Browser,
+    proc: ChildProcess,
+    profile: string,
+    deadline: Deadline,
+    exited: Promise<never>,
+    expectExit: () => void,
+  ) {
     this.browser = browser;
+    this.expectExit = expectExit;
     this.proc = proc;
     this.profile = profile;
     this.deadline = deadline;
@@ -231,10 +241,10 @@ export class Chrome {
         if (tail.length > 20) tail.shift();
       }
     });
-    let closing = false;
+    let expected = false; // set once we stop it: its exit is then no crash
     const exited = new Promise<never>((_, reject) => {
       const fail = (what: string): void => {
-        if (closing) return;
+        if (expected) return;
         const last = tail.length > 0 ? `: ${tail[tail.length - 1]}` : "";
         reject(new BrowserTrouble(`the browser (${exe.path}) ${what}${last}`));
       };
@@ -243,7 +253,7 @@ export class Chrome {
     });
     exited.catch(() => {});
     const stop = (): void => {
-      closing = true;
+      expected = true;
       killTree(proc);
       rmSync(profile, { recursive: true, force: true });
     };
@@ -254,18 +264,14 @@ export class Chrome {
         "connecting to the browser",
         [exited],
       );
-      const chrome = new Chrome(browser, proc, profile, deadline, exited);
-      chrome.markClosing = () => {
-        closing = true;
-      };
-      return chrome;
+      return new Chrome(browser, proc, profile, deadline, exited, () => {
+        expected = true;
+      });
     } catch (err) {
       stop();
       throw err;
     }
   }
-
-  private markClosing: () => void = () => {};
 
   /** A new page whose console errors, uncaught exceptions and failed requests fail the run. */
   async newPage(): Promise<Page> {
@@ -291,7 +297,7 @@ export class Chrome {
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
-    this.markClosing();
+    this.expectExit();
     const gone = new Promise<void>((resolve) => {
       if (this.proc.exitCode !== null || this.proc.signalCode !== null) resolve();
       else this.proc.once("exit", () => resolve());

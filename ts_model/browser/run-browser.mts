@@ -200,6 +200,11 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
     process.exit(2);
   });
 }
+process.on("uncaughtException", (err) => {
+  killAll();
+  process.stderr.write(`run-browser: ${oneLine(err instanceof Error ? err.message : String(err))}\n`);
+  process.exit(2);
+});
 const parent = process.ppid;
 setInterval(() => {
   if (process.ppid !== parent) {
