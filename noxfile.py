@@ -21,6 +21,7 @@ nox.options.reuse_existing_virtualenvs = True
 def parity(session: nox.Session) -> None:
     """Run every built-in backend on fixtures/toy and compare every tap; args after -- go to `parity run`."""
     session.install("-e", ".[all]")
+    session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
     session.run("parity", "run", "--no-skip", *session.posargs)
 
 
@@ -31,6 +32,7 @@ def tests(session: nox.Session) -> None:
     Tests run on every core (pytest-xdist, `-n auto`); pass `-n 0` after `--` to run them in one process.
     """
     session.install("-e", ".[test]")
+    session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
     session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs,
                 env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
 

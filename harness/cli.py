@@ -1,4 +1,4 @@
-"""The `parity` command: run, compare, merge, lens, backends, export, check-backend, selftest.
+"""The `parity` command: run, compare, merge, lens, backends, export, check-backend, selftest, verify-ts, serve.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
 User errors are one line on stderr, never a traceback.
@@ -257,6 +257,13 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The learners' page (ts_model/web/) and the fixture on 127.0.0.1 (see harness/serve.py)."""
+    from harness.serve import serve_forever
+
+    return serve_forever(Path(args.fixture), args.port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parity",
@@ -341,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--json", metavar="PATH", help="write the per-mutant outcomes as JSON")
     selftest.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     selftest.set_defaults(func=cmd_selftest)
+
+    serve = sub.add_parser("serve", help="serve the learners' page: model.ts checked in your browser")
+    serve.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    serve.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (default: 8000; 0: any free port)")
+    serve.set_defaults(func=cmd_serve)
     return parser
 
 

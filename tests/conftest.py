@@ -7,7 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under PARITY_REQUIRE_ALL_BACKENDS=1 (CI must not skip): {reason}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_browser_left_running() -> Iterator[None]:
+    """After the suite, no browser started by it (its profile is named by PARITY_BROWSER_TAG) still runs."""
+    tag = f"pytest{os.getpid()}"
+    os.environ["PARITY_BROWSER_TAG"] = tag  # inherited by every backend and subprocess of this session
+    yield
+    marker = f"parity-chrome-{tag}-"
+    left: list[str] = []
+    for _ in range(50):  # a browser being closed may take a moment to exit
+        left = [p.name for p in Path("/proc").glob("[0-9]*") if marker in _cmdline(p)]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, f"browser processes left running after the test suite: pids {left}"
+
+
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @pytest.fixture(scope="session")

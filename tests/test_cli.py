@@ -161,9 +161,12 @@ def test_a_backend_that_cannot_run_is_skipped_and_said_or_an_error_with_no_skip(
     proc = run_cli("run", "--fixture", str(toy_dir), "--precision", "fp64", "--json", str(out), "-q", env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "parity: skipped: backend 'typescript' needs" in proc.stdout
-    assert proc.stdout.splitlines()[-1].endswith("1 registered backend(s) skipped (missing dependencies)")
+    # Every backend that runs Node is skipped: typescript and the browser backends (docs/browser.md).
+    node_backends = {"typescript", "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized"}
+    n = len(node_backends)
+    assert proc.stdout.splitlines()[-1].endswith(f"{n} registered backend(s) skipped (missing dependencies)")
     report = json.loads(out.read_text())
-    assert len(report["skipped"]) == 1 and "typescript" in report["skipped"][0]
-    assert "typescript" not in {r["backend"] for r in report["results"]}
+    assert len(report["skipped"]) == n and any("'typescript' needs node" in line for line in report["skipped"])
+    assert not node_backends & {r["backend"] for r in report["results"]}
     strict = run_cli("run", "--fixture", str(toy_dir), "--no-skip", "-q", env=env)
-    assert_one_line_error(strict, "--no-skip", "typescript", "pip install 'parity[node]'")
+    assert_one_line_error(strict, "--no-skip", "needs node", "pip install 'parity[node]'")

@@ -19,6 +19,9 @@ BUILTIN_PRECISIONS = {
     "onnxruntime-optimized": {"fp32"},
     "onnx-reference": {"fp32"},
     "typescript": {"fp64"},
+    "typescript-browser": {"fp64"},
+    "onnxruntime-web": {"fp32"},
+    "onnxruntime-web-optimized": {"fp32"},
 }
 
 
@@ -53,7 +56,7 @@ def test_full_parity_run_every_builtin_backend_agrees(toy_dir: Path, tmp_path: P
         assert tiers == expected_tiers, backend
         taps = {r["tap"] for r in rows}
         assert len(rows) == len(tiers) * len(taps) * n_cases
-        if backend == "onnxruntime-optimized":
+        if backend in ("onnxruntime-optimized", "onnxruntime-web-optimized"):
             assert taps == {"logits", "probs"}
         else:
             assert taps == {t["name"] for t in manifest["taps"]}, backend

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { loadParams, parseConfig, tapNames } from "./model.ts";
 import type { GPTConfig, RawTensor, Tensor } from "./model.ts";
 import { readSafetensors } from "./safetensors.ts";
+import type { SafetensorsFile } from "./safetensors.ts";
 
 export const FORMAT_NAME = "parity-fixture";
 export const FORMAT_VERSION = 1;
@@ -67,16 +68,22 @@ function tolerance(v: unknown, where: string): Tolerance {
 /** Read and check manifest.json of the fixture in `root`. */
 export function readFixture(root: string): Fixture {
   const path = join(root, "manifest.json");
-  const fail = (what: string): never => {
-    throw new FixtureError(`${path}: ${what}`);
-  };
   let m: unknown;
   try {
     m = JSON.parse(readFileSync(path, "utf-8"));
   } catch (err) {
     const code = (err as { code?: string }).code;
-    fail(code === "ENOENT" ? "file not found" : `not valid JSON (${err instanceof Error ? err.message : String(err)})`);
+    const what = code === "ENOENT" ? "file not found" : `not valid JSON (${err instanceof Error ? err.message : String(err)})`;
+    throw new FixtureError(`${path}: ${what}`);
   }
+  return parseFixture(m, root, path);
+}
+
+/** Check a parsed manifest (`path` names it in errors); no file access, so the browser uses it too. */
+export function parseFixture(m: unknown, root: string, path: string): Fixture {
+  const fail = (what: string): never => {
+    throw new FixtureError(`${path}: ${what}`);
+  };
   if (!isObject(m)) return fail("the manifest must be a JSON object");
   if (m.format !== FORMAT_NAME) fail(`not a parity fixture (format is ${JSON.stringify(m.format)})`);
   if (m.format_version !== FORMAT_VERSION) {
@@ -158,8 +165,13 @@ export function hashMismatches(fixture: Fixture): string[] {
 /** The parameters, float32 in the file, checked against the config and upcast to float64. */
 export function readParams(fixture: Fixture): Map<string, Tensor> {
   const path = join(fixture.root, fixture.files.weights);
+  return paramsFrom(readSafetensors(path), fixture, path);
+}
+
+/** The parameters of an already decoded weights file (`path` names it in errors), as readParams. */
+export function paramsFrom(file: SafetensorsFile, fixture: Fixture, path: string): Map<string, Tensor> {
   const raw = new Map<string, RawTensor>();
-  for (const [name, t] of readSafetensors(path).tensors) {
+  for (const [name, t] of file.tensors) {
     if (!(t.data instanceof Float32Array || t.data instanceof Float64Array)) {
       throw new FixtureError(`${path}: tensor '${name}' is ${t.dtype}, expected a float type`);
     }

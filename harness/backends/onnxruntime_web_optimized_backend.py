@@ -1,0 +1,40 @@
+"""The `onnxruntime-web-optimized` backend: the logits-only graph (model.logits.onnx) on onnxruntime-web.
+
+The graph a web page would ship, at onnxruntime-web's full optimization level ('all', free to
+fuse), on its WebAssembly backend in headless Chrome. As `onnxruntime-optimized` declares: `logits`,
+and `probs` (a float32 softmax of the logits, in NumPy); every other tap is "not supported".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from harness import browser
+from harness.backends.base import Backend, BackendOutput, Precision
+from harness.backends.onnxruntime_web_backend import run_graph
+from harness.errors import BackendFailed
+from harness.onnx_graph import softmax_f32
+
+if TYPE_CHECKING:
+    from harness.fixture import Fixture
+
+
+class OnnxRuntimeWebOptimizedBackend(Backend):
+    name: ClassVar[str] = "onnxruntime-web-optimized"
+    description: ClassVar[str] = "model.logits.onnx on onnxruntime-web (WebAssembly) at level 'all' (logits, probs)"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
+    install_hint: ClassVar[str] = browser.INSTALL_HINT
+
+    def missing_dependencies(self) -> list[str]:
+        return browser.missing(("onnxruntime-web",))
+
+    def supported_taps(self, fixture: Fixture) -> list[str]:
+        return ["logits", "probs"]
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        if precision not in self.precisions:
+            raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
+        out = run_graph(self, fixture, "logits", "all")
+        for taps in out.values():
+            taps["probs"] = softmax_f32(taps["logits"])
+        return out

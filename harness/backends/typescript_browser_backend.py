@@ -1,0 +1,37 @@
+"""The `typescript-browser` backend: ts_model/model.ts bundled by esbuild and run in headless Chrome.
+
+The same model as the `typescript` backend (from `PARITY_TS_DIR` or ts_model/), the same taps,
+float64, but in the engine learners run it in: a real browser, its JavaScript engine, its Math.
+`ts_model/browser/run-browser.mts` does the work (harness/browser.py runs it; docs/browser.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from harness import browser
+from harness.backends.base import BackendOutput, Precision
+from harness.backends.typescript_backend import TypeScriptBackend, ts_dir
+from harness.errors import BackendFailed
+
+if TYPE_CHECKING:
+    from harness.fixture import Fixture
+
+
+class TypeScriptBrowserBackend(TypeScriptBackend):
+    name: ClassVar[str] = "typescript-browser"
+    description: ClassVar[str] = "ts_model/model.ts bundled by esbuild, in headless Chrome (puppeteer-core), float64"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
+    install_hint: ClassVar[str] = browser.INSTALL_HINT
+
+    def missing_dependencies(self) -> list[str]:
+        out = browser.missing()
+        if not out and not (ts_dir() / "model.ts").is_file():
+            out.append(f"{ts_dir() / 'model.ts'} (a source checkout, or PARITY_TS_DIR)")
+        return out
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        if precision != "fp64":
+            raise BackendFailed(f"{self.name} computes in float64 only, not {precision}")
+        tensors, _ = browser.run_to_file(self.name, "typescript", fixture.root, [])
+        return self._split(fixture, tensors)

@@ -1,0 +1,118 @@
+"""Run parity's browser driver (`ts_model/browser/run-browser.mts`) from Python, for the browser backends.
+
+The driver is one Node script that bundles the page (esbuild), serves it and the fixture from
+127.0.0.1 and runs it in headless Chrome (puppeteer-core); see docs/browser.md. This module finds
+what it needs without starting anything (`missing`), and runs it as a subprocess without a shell,
+through the typescript backend's Node finder and process-group handling: on a timeout the whole
+group, Chrome included, is killed.
+
+Settings: `PARITY_CHROME` (a Chrome or Chromium executable; default: the Chromium of the npm
+package @sparticuz/chromium), `PARITY_BROWSER_TIMEOUT` (seconds for one browser run, default 120;
+the driver enforces it, and this side kills the process group 15 s later if it has not ended).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.backends.typescript_backend import TypeScriptBackend, find_node
+from harness.errors import BackendFailed, BackendUnavailable, FixtureError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DRIVER = REPO / "ts_model" / "browser" / "run-browser.mts"
+DEFAULT_TIMEOUT_S = 120.0
+GRACE_S = 15.0  # after the driver's own deadline, before its process group is killed
+INSTALL_HINT = "npm ci (in the parity source checkout; needs Node from `pip install 'parity[node]'`)"
+# What every browser run needs from node_modules; the packaged Chromium unless PARITY_CHROME is set.
+DRIVER_PACKAGES = ("esbuild", "puppeteer-core")
+CHROMIUM_PACKAGE = "@sparticuz/chromium"
+
+
+def package_dir(name: str) -> Path | None:
+    """node_modules/NAME as Node finds it from ts_model/browser/ (up the directory tree), or None."""
+    for parent in DRIVER.parents:
+        candidate = parent / "node_modules" / name
+        if (candidate / "package.json").is_file():
+            return candidate
+    return None
+
+
+def missing(packages: tuple[str, ...] = (), need_browser: bool = True) -> list[str]:
+    """What a browser run lacks (empty when it can run): cheap, starts nothing but a cached `node --version`.
+
+    `need_browser=False`: only bundling (`parity serve` builds the page; the user brings the browser).
+    """
+    try:
+        find_node()
+    except BackendUnavailable:
+        return ["node (Node.js >= 22.18)"]
+    if not DRIVER.is_file():
+        return [f"{DRIVER} (a source checkout of parity)"]
+    out = [f"node_modules/{p}" for p in (*DRIVER_PACKAGES, *packages) if package_dir(p) is None]
+    chrome = os.environ.get("PARITY_CHROME")
+    if not need_browser:
+        pass
+    elif chrome:
+        if not (os.path.isfile(chrome) and os.access(chrome, os.X_OK)):
+            out.append(f"a browser (PARITY_CHROME={chrome} is not an executable file)")
+    elif package_dir(CHROMIUM_PACKAGE) is None:
+        out.append(f"node_modules/{CHROMIUM_PACKAGE} (or PARITY_CHROME naming a Chrome)")
+    return out
+
+
+def browser_timeout() -> float:
+    """PARITY_BROWSER_TIMEOUT in seconds (default 120); BackendFailed if it is not a positive number."""
+    raw = os.environ.get("PARITY_BROWSER_TIMEOUT", "")
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise BackendFailed(f"PARITY_BROWSER_TIMEOUT={raw!r} must be a positive number of seconds")
+    return value
+
+
+def run_driver(who: str, args: list[str], cwd: str) -> None:
+    """`node run-browser.mts ARGS` in its own process group; BackendFailed (one line, naming `who`) on trouble."""
+    node = find_node()
+    if not DRIVER.is_file():
+        raise BackendUnavailable(f"{DRIVER}: not found (the browser backends need a source checkout)")
+    timeout = browser_timeout()
+    env_timeout = os.environ.get("PARITY_BROWSER_TIMEOUT")
+    try:
+        TypeScriptBackend._run_node([node, str(DRIVER), *args], cwd, timeout + GRACE_S, DRIVER)
+    except BackendFailed as exc:
+        message = str(exc).removeprefix("typescript: ")
+        if "timed out" in message and not env_timeout:
+            message += " (set PARITY_BROWSER_TIMEOUT to allow more)"
+        raise BackendFailed(f"{who}: {message}") from None
+
+
+def run_to_file(
+    who: str, mode: str, fixture_root: Path, extra: list[str]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Run the driver in `mode` on a fixture; the tensors it wrote and the file's metadata."""
+    from safetensors import safe_open
+
+    from harness.fixture import read_safetensors
+
+    with tempfile.TemporaryDirectory(prefix="parity-browser-") as tmp:
+        out = Path(tmp) / "taps.safetensors"
+        run_driver(who, [mode, str(fixture_root.resolve()), str(out), *extra], tmp)
+        if not out.is_file():
+            raise BackendFailed(f"{who}: {DRIVER.name} exited 0 but wrote no output")
+        try:
+            tensors = read_safetensors(out)
+            with safe_open(str(out), "np") as handle:
+                metadata = dict(handle.metadata() or {})
+        except (FixtureError, OSError, ValueError) as exc:
+            raise BackendFailed(f"{who}: unreadable output: {exc}") from None
+    return tensors, metadata

@@ -1,0 +1,222 @@
+// parity's browser driver: run the model, or onnxruntime-web, or the learners' page in headless Chrome.
+//
+//   node ts_model/browser/run-browser.mts typescript FIXTURE_DIR OUT.safetensors
+//   node ts_model/browser/run-browser.mts onnxruntime-web FIXTURE_DIR OUT.safetensors all_taps|logits disabled|basic|extended|all
+//   node ts_model/browser/run-browser.mts page URL [URL ...] [--screenshot OUT.png]
+//   node ts_model/browser/run-browser.mts build OUT_DIR
+//
+// `typescript` bundles page-model.ts (model.ts from PARITY_TS_DIR or ts_model/) with esbuild,
+// serves it and the fixture's files from 127.0.0.1 (an ephemeral port), runs every case in the page
+// and writes every tap, float64, to OUT (the format of ts_model/run.ts). `onnxruntime-web` does the
+// same with one ONNX graph on onnxruntime-web's WebAssembly backend (float32 graph outputs).
+// `page` opens each URL of the learners' page (`parity serve`), waits for its verdict and prints one
+// JSON line per URL: {"url", "verdict", "tap", "text"}. `build` writes the learners' page bundle.
+//
+// Browser: PARITY_CHROME, else @sparticuz/chromium (chrome.mts). Time: PARITY_BROWSER_TIMEOUT
+// seconds for the whole run (default 120). Any trouble (no browser, a crash, a timeout, an error
+// on the page's console) is one line on stderr and exit code 2; Chrome is always closed.
+
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
+
+import { BROWSER_DIR, REPO_TS_DIR, bundle, packageDir } from "./bundle.mts";
+import { BrowserTrouble, Chrome, Deadline, killAll, oneLine } from "./chrome.mts";
+import { contentType, serve } from "./serve.mts";
+import type { Resource, StaticServer } from "./serve.mts";
+import type { Page } from "puppeteer-core";
+
+const USAGE =
+  "usage: run-browser.mts typescript FIXTURE_DIR OUT | onnxruntime-web FIXTURE_DIR OUT GRAPH OPTIMIZATION | " +
+  "page URL... [--screenshot PNG] | build OUT_DIR";
+const WEB_DIR = join(REPO_TS_DIR, "web");
+const PAGE_HTML =
+  '<!doctype html>\n<meta charset="utf-8">\n<link rel="icon" href="data:,">\n<title>parity browser backend</title>\n' +
+  '<script type="module" src="/page.js"></script>\n';
+// The onnxruntime-web files the page loads: the WebAssembly-only ES module, its glue, the binary.
+const ORT_FILES = ["ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"];
+
+class UsageError extends Error {}
+
+/** The fixture's files a page may fetch: manifest.json and the plain names the manifest lists. */
+export function fixtureResources(root: string, prefix: string): Map<string, Resource> {
+  const manifestPath = join(root, "manifest.json");
+  let manifest: { sha256?: Record<string, unknown> };
+  try {
+    manifest = JSON.parse(readFileSync(manifestPath, "utf-8")) as typeof manifest;
+  } catch (err) {
+    throw new BrowserTrouble(`${manifestPath}: cannot read (${err instanceof Error ? err.message : String(err)})`);
+  }
+  const names = ["manifest.json", ...Object.keys(manifest.sha256 ?? {})];
+  const out = new Map<string, Resource>();
+  for (const name of names) {
+    if (!/^[A-Za-z0-9._-]+$/.test(name) || name.startsWith(".")) continue; // plain names only
+    out.set(`${prefix}${name}`, { type: contentType(name), body: () => readFileSync(join(root, name)) });
+  }
+  return out;
+}
+
+function ortResources(): Map<string, Resource> {
+  const pkg = packageDir("onnxruntime-web");
+  if (pkg === null) throw new BrowserTrouble("onnxruntime-web is not installed: run `npm ci` in the parity checkout");
+  const dist = join(pkg, "dist");
+  return new Map(ORT_FILES.map((f) => [`/ort/${f}`, { type: contentType(f), body: () => readFileSync(join(dist, f)) }]));
+}
+
+/** Serve `entry`'s bundle as /page.js under a minimal page, open it, and call `call` in it. */
+async function runInPage(
+  entry: string,
+  extra: Map<string, Resource>,
+  fixtureDir: string,
+  call: (chrome: Chrome, page: Page) => Promise<string>,
+): Promise<Uint8Array> {
+  const deadline = new Deadline();
+  const code = await deadline.within(bundle(entry), `bundling ${basename(entry)}`);
+  const resources = new Map<string, Resource>([
+    ["/", { type: contentType(".html"), body: () => PAGE_HTML }],
+    ["/page.js", { type: contentType(".js"), body: () => code }],
+    ...fixtureResources(resolve(fixtureDir), "/fixture/"),
+    ...extra,
+  ]);
+  let server: StaticServer | undefined;
+  let chrome: Chrome | undefined;
+  try {
+    server = await deadline.within(serve(resources), "starting the local server");
+    chrome = await Chrome.launch(deadline);
+    const page = await chrome.newPage();
+    await chrome.within(page.goto(`${server.origin}/`, { timeout: 0, waitUntil: "load" }), "loading the page");
+    const base64 = await call(chrome, page);
+    return Buffer.from(base64, "base64");
+  } finally {
+    await chrome?.close();
+    await server?.close();
+  }
+}
+
+async function waitForGlobal(chrome: Chrome, page: Page, name: string): Promise<void> {
+  await chrome.within(
+    page.waitForFunction((n: string) => typeof (globalThis as Record<string, unknown>)[n] === "function", { timeout: 0 }, name),
+    `waiting for the page's ${name}`,
+  );
+}
+
+async function runTypescript(argv: readonly string[]): Promise<void> {
+  if (argv.length !== 2) throw new UsageError(USAGE);
+  const [fixtureDir, out] = argv as [string, string];
+  const bytes = await runInPage(join(BROWSER_DIR, "page-model.ts"), new Map(), fixtureDir, async (chrome, page) => {
+    await waitForGlobal(chrome, page, "parityRunModel");
+    return chrome.within(
+      page.evaluate((base: string) => (globalThis as unknown as Record<string, (b: string) => Promise<string>>)["parityRunModel"]!(base), "/fixture/"),
+      "running the model in the page",
+    );
+  });
+  writeFileSync(out, bytes);
+}
+
+async function runOrt(argv: readonly string[]): Promise<void> {
+  if (argv.length !== 4) throw new UsageError(USAGE);
+  const [fixtureDir, out, graph, optimization] = argv as [string, string, string, string];
+  if (graph !== "all_taps" && graph !== "logits") throw new UsageError(`GRAPH must be all_taps or logits, not ${graph}`);
+  if (!["disabled", "basic", "extended", "all"].includes(optimization)) {
+    throw new UsageError(`OPTIMIZATION must be disabled, basic, extended or all, not ${optimization}`);
+  }
+  const bytes = await runInPage(join(BROWSER_DIR, "page-ort.ts"), ortResources(), fixtureDir, async (chrome, page) => {
+    await waitForGlobal(chrome, page, "parityRunOrt");
+    return chrome.within(
+      page.evaluate(
+        (base: string, g: string, o: string) =>
+          (globalThis as unknown as Record<string, (b: string, g: string, o: string) => Promise<string>>)["parityRunOrt"]!(base, g, o),
+        "/fixture/",
+        graph,
+        optimization,
+      ),
+      `running ${graph} on onnxruntime-web`,
+    );
+  });
+  writeFileSync(out, bytes);
+}
+
+/** The learners' page: each URL's verdict as a JSON line; optionally a screenshot of the first. */
+async function checkPages(argv: readonly string[]): Promise<void> {
+  const urls: string[] = [];
+  let screenshot: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === "--screenshot") screenshot = argv[++i];
+    else urls.push(argv[i]!);
+  }
+  if (urls.length === 0 || (argv.includes("--screenshot") && !screenshot)) throw new UsageError(USAGE);
+  const deadline = new Deadline();
+  const chrome = await Chrome.launch(deadline);
+  try {
+    for (const [i, url] of urls.entries()) {
+      const page = await chrome.newPage();
+      await chrome.within(page.setViewport({ width: 1000, height: 900 }), "sizing the page");
+      await chrome.within(page.goto(url, { timeout: 0, waitUntil: "load" }), `loading ${url}`);
+      await chrome.within(page.waitForSelector("#verdict[data-verdict]", { timeout: 0 }), `waiting for the verdict on ${url}`);
+      const verdict = await chrome.within(
+        page.$eval("#verdict", (el) => ({
+          verdict: (el as HTMLElement).dataset["verdict"] ?? "",
+          tap: (el as HTMLElement).dataset["tap"] ?? "",
+          text: el.textContent ?? "",
+        })),
+        "reading the verdict",
+      );
+      process.stdout.write(`${JSON.stringify({ url, ...verdict, text: oneLine(verdict.text) })}\n`);
+      if (i === 0 && screenshot !== undefined) {
+        await chrome.within(page.screenshot({ path: screenshot as `${string}.png`, fullPage: true }), "taking the screenshot");
+      }
+      await chrome.within(page.close(), "closing the page");
+    }
+  } finally {
+    await chrome.close();
+  }
+}
+
+/** The learners' page bundle: index.html, style.css and main.js (model.ts from PARITY_TS_DIR). */
+async function build(argv: readonly string[]): Promise<void> {
+  if (argv.length !== 1) throw new UsageError(USAGE);
+  const out = argv[0]!;
+  const deadline = new Deadline();
+  const code = await deadline.within(bundle(join(WEB_DIR, "main.ts")), "bundling the page");
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, "main.js"), code);
+  for (const file of ["index.html", "style.css"]) copyFileSync(join(WEB_DIR, file), join(out, file));
+}
+
+async function main(argv: readonly string[]): Promise<void> {
+  const [mode, ...rest] = argv;
+  if (mode === "typescript") return runTypescript(rest);
+  if (mode === "onnxruntime-web") return runOrt(rest);
+  if (mode === "page") return checkPages(rest);
+  if (mode === "build") return build(rest);
+  throw new UsageError(USAGE);
+}
+
+// Never outlive the harness: on a signal, or when the parent process is gone (parity interrupted or
+// killed), stop every browser and exit.
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  process.once(signal, () => {
+    killAll();
+    process.stderr.write(`run-browser: stopped by ${signal}\n`);
+    process.exit(2);
+  });
+}
+process.on("uncaughtException", (err) => {
+  killAll();
+  process.stderr.write(`run-browser: ${oneLine(err instanceof Error ? err.message : String(err))}\n`);
+  process.exit(2);
+});
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent) {
+    killAll();
+    process.exit(2);
+  }
+}, 500).unref();
+
+try {
+  await main(process.argv.slice(2));
+} catch (err) {
+  process.stderr.write(`run-browser: ${oneLine(err instanceof Error ? err.message : String(err))}\n`);
+  process.exitCode = 2;
+}
+process.exit(); // nothing may keep the process alive after the browser is closed
