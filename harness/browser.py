@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 from harness.backends.typescript_backend import TypeScriptBackend, find_node
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
+from harness.resources import CHECKOUT_DIR
 
 if TYPE_CHECKING:
     import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-DRIVER = REPO / "ts_model" / "browser" / "run-browser.mts"
+DRIVER = CHECKOUT_DIR / "ts_model" / "browser" / "run-browser.mts"  # a source checkout only: not in the wheel
 DEFAULT_TIMEOUT_S = 120.0
 GRACE_S = 15.0  # after the driver's own deadline, before its process group is killed
 INSTALL_HINT = "npm ci (in the parity source checkout; needs Node from `pip install 'parity[node]'`)"
