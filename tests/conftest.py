@@ -61,7 +61,7 @@ def rehash(root: Path) -> None:
     reseal(root, json.loads((root / MANIFEST).read_text()), rehash_files=True)
 
 
-def edit_manifest(root: Path, change: Callable[[dict], None], rehash_files: bool = False,  # type: ignore[type-arg]
+def edit_manifest(root: Path, change: Callable[[dict], object], rehash_files: bool = False,  # type: ignore[type-arg]
                   seal: bool = True) -> None:
     """Change the manifest, re-sealed (as a reviewed edit would be) unless `seal` is False."""
     manifest = json.loads((root / MANIFEST).read_text())

@@ -5,8 +5,8 @@ The plugin package is registered the way any plugin is, through an entry-point f
 directory on PYTHONPATH for a `python -m harness` subprocess makes `importlib.metadata` find it,
 with nothing installed. Each case is one backend misbehaving in one way; the test checks the exit
 code, exactly one `parity: error:` line on stderr naming the backend, no traceback, and no PASS.
-The case ids start with their class (exit, decl, state, output): `tests/count_hostile_cases.py`
-counts them.
+The case ids start with their class (exit, decl, state, output); docs/security.md has the command
+that counts them.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ def test_hostile_backend_exits_2_with_one_line(backend: str, needles: tuple[str,
     assert_exit_2_one_line(proc, *needles)
 
 
-def test_parity_backends_lists_broken_plugins_and_exits_2() -> None:
+@pytest.mark.parametrize("case", ["exit-import-sys-exit-0-in-parity-backends"])
+def test_parity_backends_lists_broken_plugins_and_exits_2(case: str) -> None:
     """`parity backends` once exited 0 printing nothing when a plugin called sys.exit() at import."""
     proc = run_hostile("backends")
     assert_exit_2_one_line(proc, "registered backend(s) broken", "exit-import-sys-exit-0")
@@ -116,7 +117,8 @@ def test_state_a_backend_cannot_change_what_it_is_compared_with(backend: str, tm
     assert data["tolerances"]["fp64"]["atol"] == 1e-12 and data["counts"]["passed"] == 0
 
 
-def test_state_a_backend_that_scales_its_weights_does_not_break_the_next_one() -> None:
+@pytest.mark.parametrize("case", ["state-scales-weights-then-numpy"])
+def test_state_a_backend_that_scales_its_weights_does_not_break_the_next_one(case: str) -> None:
     """state-scales-weights doubles the weights it got (in place where it can): numpy, next, still agrees."""
     proc = run_hostile("run", "--backends", "state-scales-weights,numpy", "-q")
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
@@ -125,7 +127,8 @@ def test_state_a_backend_that_scales_its_weights_does_not_break_the_next_one() -
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_exit_a_genuine_ctrl_c_still_exits_130() -> None:
+@pytest.mark.parametrize("case", ["exit-genuine-ctrl-c-is-130"])
+def test_exit_a_genuine_ctrl_c_still_exits_130(case: str) -> None:
     """A real SIGINT is not a backend crash: 'parity: interrupted', exit 130."""
     path = os.pathsep.join(p for p in (str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--backends", "exit-genuine-ctrl-c",
