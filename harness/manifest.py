@@ -65,7 +65,9 @@ def _reason(error: Any) -> str:
     if kw == "type":
         return f"must be of type {expected}" if isinstance(expected, str) else f"must be one of types {expected}"
     if kw in ("const", "enum"):
-        return f"must be {_show(expected)}" if kw == "const" else f"must be one of {_show(expected)}"
+        if kw == "const":
+            return f"must be {_show(expected)}"
+        return "must be one of " + ", ".join(_show(v) for v in expected)
     if kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         sign = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kw]
         return f"must be {sign} {expected}"
@@ -117,3 +119,72 @@ def canonical_json(manifest: dict[str, Any]) -> bytes:
 def manifest_digest(manifest: dict[str, Any]) -> str:
     """The seal: sha256 (hex) of `canonical_json(manifest)`."""
     return hashlib.sha256(canonical_json(manifest)).hexdigest()
+
+
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        merged = {**manifest_schema()["$defs"][ref.removeprefix("#/$defs/")], **node}
+        merged.pop("$ref")
+        return merged
+    return node
+
+
+def _constraint(node: dict[str, Any]) -> str:
+    """'integer, 1 to 65536', 'number >= 0', 'one of "sinusoidal", "learned"', ..."""
+    parts: list[str] = []
+    if "const" in node:
+        parts.append(f"always {json.dumps(node['const'])}")
+    elif "enum" in node:
+        parts.append("one of " + ", ".join(json.dumps(v) for v in node["enum"]))
+    kind = node.get("type")
+    if kind and "const" not in node:
+        parts.append(str(kind))
+    lo, hi = node.get("minimum"), node.get("maximum")
+    if lo is not None and hi is not None:
+        parts[-1:] = [f"{parts[-1]}, {lo} to {hi}" if parts else f"{lo} to {hi}"]
+    elif lo is not None:
+        parts.append(f">= {lo}")
+    if "exclusiveMinimum" in node:
+        parts.append(f"> {node['exclusiveMinimum']}" + (f", <= {hi}" if hi is not None else ""))
+    if node.get("minItems"):
+        parts.append("not empty")
+    if "pattern" in node:
+        parts.append(f"matches `{node['pattern']}`")
+    return ", ".join(parts)
+
+
+def schema_markdown() -> str:
+    """The field reference of docs/fixture-format.md, generated from the schema (a test keeps them equal)."""
+    rows: list[tuple[str, str, str]] = []
+
+    def walk(node: dict[str, Any], path: str, required: bool) -> None:
+        node = _resolve(node)
+        desc = str(node.get("description", ""))
+        req = "" if required else " (optional)"
+        rows.append((path, _constraint(node) + req, desc))
+        props = node.get("properties", {})
+        needed = set(node.get("required", []))
+        if path.startswith("tolerances.") and path.count(".") == 1:
+            return  # the two tiers share one definition, listed once under tolerances.<tier>
+        for key, child in props.items():
+            walk(child, f"{path}.{key}" if path else key, key in needed)
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            walk(extra, f"{path}.<key>", True)
+        items = node.get("items")
+        if isinstance(items, dict) and "properties" in _resolve(items):
+            walk(items, f"{path}[]", True)
+
+    schema = manifest_schema()
+    for key, child in schema["properties"].items():
+        walk(child, key, key in schema["required"])
+    tier = _resolve({"$ref": "#/$defs/tier"})
+    for key, child in tier["properties"].items():
+        walk(child, f"tolerances.<tier>.{key}", key in tier["required"])
+    lines = ["| field | type and range | what it is |", "|---|---|---|"]
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines += [f"| `{p}` | {cell(c)} | {cell(d)} |" for p, c, d in rows]
+    return "\n".join(lines)
