@@ -305,3 +305,15 @@ def test_node_timeout_holds_when_a_grandchild_escapes_the_process_group(tmp_path
                 os.kill(int(pid_file.read_text().strip()), 9)
     assert_exit_2_one_line(proc, "typescript", "timed out after 2 s")
     assert elapsed < 10, f"took {elapsed:.1f} s (the grandchild held the run)"
+
+
+def test_the_verdict_says_how_many_taps_each_backend_was_compared_on(tmp_path: Path) -> None:
+    """A backend that produces 2 of 43 taps passes on 2 taps, and the verdict says so, not "every tap"."""
+    pytest.importorskip("onnxruntime")
+    report = tmp_path / "r.json"
+    proc = run_cli("run", "--backends", "numpy,onnxruntime-optimized", "--precision", "fp32", "-q",
+                   "--json", str(report))
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    verdict = proc.stdout.splitlines()[-1]
+    assert "every tap it was compared on (taps compared: numpy 43/43, onnxruntime-optimized 2/43)" in verdict
+    assert json.loads(report.read_text())["taps_compared"]["onnxruntime-optimized"] == {"compared": 2, "of": 43}
