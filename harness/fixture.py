@@ -336,7 +336,8 @@ class Fixture:
         clone = copy.copy(self)
         for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tolerances", "loose"):
             setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
-        clone._golden = dict(self._golden)
+        clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
+        clone._weights = dict(self._weights) if self._weights is not None else None
         return clone
 
     def tolerance_summary(self) -> dict[str, Any]:
