@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -26,7 +28,7 @@ from safetensors.numpy import load_file, save_file
 from harness.manifest import SEAL_KEY
 from harness.strict_json import StrictJSONError, loads_strict
 from tests.conftest import edit_manifest, rehash, run_cli
-from tests.test_hostile_plugins import assert_exit_2_one_line
+from tests.test_hostile_plugins import assert_exit_2_one_line, run_all
 
 Breaker = Callable[[Path], object]
 
@@ -136,13 +138,28 @@ SCHEMA: list[tuple[str, Breaker, tuple[str, ...]]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def hostile_fixture_runs(
+    tmp_path_factory: pytest.TempPathFactory, toy_dir: Path
+) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
+    """Each case's broken copy of the toy and `parity run` on it (run once, concurrently)."""
+    roots = {}
+    for case, breaker, _ in TOL + SCHEMA:
+        root = tmp_path_factory.mktemp(case) / "toy"
+        shutil.copytree(toy_dir, root)
+        breaker(root)
+        roots[case] = root
+    runs = run_all({case: ["run", "--fixture", str(root), "--backends", "numpy", "-q"] for case, root in roots.items()})
+    return {case: (roots[case], runs[case]) for case in roots}
+
+
 @pytest.mark.parametrize(("case", "breaker", "needles"), TOL + SCHEMA, ids=[c[0] for c in TOL + SCHEMA])
 def test_hostile_fixture_exits_2_with_one_line(
-    fixture_copy: Path, case: str, breaker: Breaker, needles: tuple[str, ...]
+    hostile_fixture_runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], case: str, breaker: Breaker,
+    needles: tuple[str, ...]
 ) -> None:
-    breaker(fixture_copy)
-    proc = run_cli("run", "--fixture", str(fixture_copy), "--backends", "numpy", "-q")
-    assert_exit_2_one_line(proc, str(fixture_copy / "manifest.json"), *needles)
+    root, proc = hostile_fixture_runs[case]
+    assert_exit_2_one_line(proc, str(root / "manifest.json"), *needles)
 
 
 def test_strict_json_turns_deep_nesting_into_one_line_not_a_recursion_error() -> None:

@@ -17,7 +17,9 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,10 +91,24 @@ def test_the_control_passes_through_the_same_machinery() -> None:
     assert "hostile-control 43/43" in proc.stdout.splitlines()[-1]
 
 
+def run_all(commands: dict[str, list[str]], **kwargs: Any) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Run independent `parity` subprocesses concurrently (one per CPU): the cases are start-up bound."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {key: pool.submit(run_hostile, *args, **kwargs) for key, args in commands.items()}
+    return {key: f.result() for key, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def hostile_runs() -> dict[str, subprocess.CompletedProcess[str]]:
+    """`parity run --backends NAME --precision fp64 -q` for every case below, run once, concurrently."""
+    return run_all({b: ["run", "--backends", b, "--precision", "fp64", "-q"] for b, _ in EXIT + DECL + OUTPUT})
+
+
 @pytest.mark.parametrize(("backend", "needles"), EXIT + DECL + OUTPUT, ids=[c[0] for c in EXIT + DECL + OUTPUT])
-def test_hostile_backend_exits_2_with_one_line(backend: str, needles: tuple[str, ...]) -> None:
-    proc = run_hostile("run", "--backends", backend, "--precision", "fp64", "-q")
-    assert_exit_2_one_line(proc, *needles)
+def test_hostile_backend_exits_2_with_one_line(
+    hostile_runs: dict[str, subprocess.CompletedProcess[str]], backend: str, needles: tuple[str, ...]
+) -> None:
+    assert_exit_2_one_line(hostile_runs[backend], *needles)
 
 
 @pytest.mark.parametrize("case", ["exit-import-sys-exit-0-in-parity-backends"])
