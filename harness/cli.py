@@ -1,12 +1,15 @@
 """The `parity` command: run, compare, merge, lens, backends, export, check-backend, selftest, verify-ts, serve.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
-User errors are one line on stderr, never a traceback.
+User errors are one line on stderr, never a traceback. The exit code is decided here, never by an
+exception: every ParityError is 2 (a plugin's subclass cannot choose 0), a genuine Ctrl-C is 130,
+and anything unexpected is one line and 2 (PARITY_DEBUG=1 shows the traceback instead).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -14,7 +17,8 @@ from typing import TYPE_CHECKING, cast
 from harness.backends.base import PRECISIONS, Backend, Precision
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendUnavailable, ParityError
 from harness.fixture import default_fixture_dir, load_fixture
-from harness.registry import backend_entry_points, load_backend
+from harness.guard import describe_exception, one_line, sigint_handler
+from harness.registry import backend_entry_points, checked_missing_dependencies, load_backend
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
@@ -27,6 +31,10 @@ def _parse_backends(text: str | None) -> list[str] | None:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ParityError("--backends needs at least one backend name")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ParityError(f"--backends names {', '.join(map(repr, repeated))} more than once "
+                          "(each backend runs once; its checks would be counted twice)")
     return names
 
 
@@ -46,7 +54,7 @@ def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
     default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
     for name in names if names is not None else default:
         backend = load_backend(name)
-        missing = backend.missing_dependencies()
+        missing = checked_missing_dependencies(backend)
         if missing:
             hint = f"; install with: {backend.install_hint}" if backend.install_hint else ""
             msg = f"backend {name!r} needs {', '.join(missing)}, which is not available{hint}"
@@ -58,16 +66,34 @@ def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
     return chosen, skipped
 
 
+def _nothing_to_compare(backends: list[Backend], precisions: list[Precision]) -> str | None:
+    """Why no backend computes in any requested precision, or None when something will be compared."""
+    if not backends or any(p in b.precisions for b in backends for p in precisions):
+        return None
+    detail = "; ".join(f"{b.name} computes in {', '.join(b.precisions)} only" for b in backends)
+    return f"nothing to compare: {detail}, and --precision {', '.join(precisions)} was asked"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.report import print_report, write_json
+    from harness.report_paths import check_report_paths
     from harness.runner import run_parity
 
-    fixture = load_fixture(args.fixture)
+    names = _parse_backends(args.backends)
+    check_report_paths({"JSON report": args.json, "JUnit file": args.junit, "Markdown summary": args.markdown,
+                        "picture": args.plot})
+    fixture = load_fixture(args.fixture, allow_loose_tolerances=args.allow_loose_tolerances)
     if args.plot:
-        from harness.plots import require_matplotlib
+        from harness.plots import check_plot_path, require_matplotlib
 
+        check_plot_path(Path(args.plot))
         require_matplotlib()  # before spending time on backends
-    backends, skipped = select_backends(_parse_backends(args.backends))
+    backends, skipped = select_backends(names)
+    if not backends:
+        raise BackendUnavailable(f"no backend can run: {skipped[0] if skipped else 'none is registered'}")
+    nothing = _nothing_to_compare(backends, _precisions(args.precision))
+    if nothing:
+        raise ParityError(nothing)
     for precision in PRECISIONS:
         fixture.golden(precision)  # validate both golden files before spending time on backends
     fixture.weights()
@@ -88,6 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
+    if report.exit_code == EXIT_BAD_INPUT:
+        raise ParityError("nothing was compared: every tap of every backend run was 'not supported'")
     if args.save_outputs:
         from harness.dump import save_outputs
 
@@ -178,19 +206,24 @@ def _progress(msg: str) -> None:
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
+    """The registered backends; a broken one is listed as such, and makes the exit code 2."""
     rows = []
+    broken: list[str] = []
     for name in backend_entry_points():
         try:
             backend = load_backend(name)
+            missing = checked_missing_dependencies(backend)
         except ParityError as exc:
-            rows.append((name, "-", f"broken: {exc}"))
+            rows.append((name, "-", f"broken: {one_line(str(exc))}"))
+            broken.append(name)
             continue
-        missing = backend.missing_dependencies()
         status = "available" if not missing else f"missing {', '.join(missing)} ({backend.install_hint})"
         rows.append((name, ",".join(backend.precisions), f"{status}  {backend.description}".rstrip()))
     width = max(len(r[0]) for r in rows) if rows else 10
     for name, precisions, status in rows:
         print(f"{name:<{width}}  {precisions:<9}  {status}")
+    if broken:
+        raise ParityError(f"{len(broken)} registered backend(s) broken: {', '.join(broken)} (see above)")
     return EXIT_OK
 
 
@@ -199,7 +232,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.check:
         return check_fixture(Path(args.fixture), progress=_progress, retrain=not args.no_retrain)
+    if args.steps < 1:
+        raise ParityError(f"--steps must be a positive number of training steps, got {args.steps} "
+                          "(0 or fewer would write an untrained fixture)")
     export_fixture(Path(args.fixture), steps=args.steps, seed=args.seed, progress=_progress)
+    return EXIT_OK
+
+
+def cmd_seal(args: argparse.Namespace) -> int:
+    """Re-seal a fixture's manifest after a reviewed edit (harness.fixture_writer.seal_manifest)."""
+    from harness.fixture_writer import seal_manifest
+
+    seal = seal_manifest(Path(args.fixture), rehash_files=args.rehash_files,
+                         allow_loose_tolerances=args.allow_loose_tolerances)
+    print(f"parity seal: {_display(Path(args.fixture))}/manifest.json sealed, manifest_sha256 {seal}")
     return EXIT_OK
 
 
@@ -292,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--save-outputs", metavar="DIR",
                      help="write each backend x precision's taps to DIR/{backend}.{precision}.safetensors "
                           "(a dump: docs/dump-format.md)")
+    run.add_argument("--allow-loose-tolerances", action="store_true",
+                     help="run a fixture whose tolerances exceed the ceilings of docs/tolerances.md; "
+                          "every report then says LOOSE TOLERANCES")
     run.set_defaults(func=cmd_run)
 
     compare = sub.add_parser("compare", help="judge dumps (saved outputs, from any language) against the goldens")
@@ -332,6 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
     export.set_defaults(func=cmd_export)
 
+    seal = sub.add_parser("seal", help="re-seal a fixture's manifest after a reviewed edit (manifest_sha256)")
+    seal.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    seal.add_argument("--rehash-files", action="store_true",
+                      help="also rewrite the sha256 of every listed data file (after changing one on purpose)")
+    seal.add_argument("--allow-loose-tolerances", action="store_true",
+                      help="seal tolerances beyond the ceilings (runs then need --allow-loose-tolerances too)")
+    seal.set_defaults(func=cmd_seal)
+
     check = sub.add_parser("check-backend", help="check a backend's contract (taps, shapes, dtypes, bad input)")
     check.add_argument("name", help="backend name")
     check.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
@@ -371,16 +428,32 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    with sigint_handler():
+        try:
+            code = args.func(args)
+            return code if code in (EXIT_OK, EXIT_DISAGREE) else EXIT_BAD_INPUT
+        except ParityError as exc:  # parity's own classes and a plugin's subclass alike: always 2
+            print(f"parity: error: {_message(exc)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except KeyboardInterrupt:  # a genuine Ctrl-C (a backend's own KeyboardInterrupt is caught earlier)
+            print("parity: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:
+            return EXIT_BAD_INPUT
+        except Exception as exc:  # a bug in parity itself: still one line, never exit 1 ("disagreement")
+            if os.environ.get("PARITY_DEBUG") == "1":
+                raise
+            print(f"parity: error: internal error: {describe_exception(exc)} "
+                  "(PARITY_DEBUG=1 shows the traceback)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+
+def _message(exc: BaseException) -> str:
     try:
-        return int(args.func(args))
-    except ParityError as exc:
-        print(f"parity: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("parity: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return EXIT_BAD_INPUT
+        text = str(exc)
+    except BaseException:
+        return describe_exception(exc)
+    return one_line(text) if isinstance(text, str) else describe_exception(exc)
 
 
 if __name__ == "__main__":

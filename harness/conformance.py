@@ -30,9 +30,12 @@ import numpy as np
 
 from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
 from harness.errors import ParityError
-from harness.fixture import DTYPES, MANIFEST, Case, Fixture, load_fixture, sha256_file
-from harness.fixture_writer import write_fixture_files
+from harness.fixture import DTYPES, MANIFEST, Case, Fixture, load_fixture
+from harness.fixture_writer import seal_manifest, write_fixture_files
+from harness.guard import describe_exception, reraise_if_interrupt
+from harness.manifest import SEAL_KEY, manifest_digest
 from harness.onnx_graph import GRAPHS
+from harness.registry import checked_missing_dependencies
 from reference.taps import tap_shape
 
 
@@ -47,11 +50,8 @@ class ConformanceResult:
 
 
 def _rehash(root: Path) -> None:
-    """Recompute the manifest's sha256 table after a file was changed on purpose."""
-    path = root / MANIFEST
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["sha256"] = {n: sha256_file(root / n) for n in manifest["sha256"]}
-    path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    """Recompute the manifest's sha256 table (and its seal) after a file was changed on purpose."""
+    seal_manifest(root, rehash_files=True)
 
 
 def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case]) -> Fixture:
@@ -133,8 +133,9 @@ def _expect_parity_error(backend: Backend, fixture: Fixture, precision: Precisio
         backend.run(fixture, precision)
     except ParityError:
         return ""
-    except Exception as exc:  # the point of the check: any other exception is a failure
-        return f"raised {type(exc).__name__}: {exc} (expected a ParityError)"
+    except BaseException as exc:  # the point of the check: any other exception (SystemExit too) is a failure
+        reraise_if_interrupt(exc)
+        return f"raised {describe_exception(exc)} (expected a ParityError)"
     return "returned numbers instead of raising a ParityError"
 
 
@@ -150,6 +151,7 @@ def _bad_input_checks(
     fixture = _derived_fixture(parent, root, [Case("bad_token", (0,), "bad")])
     fixture.cases = [Case("bad_token", (0, config.vocab_size), "bad")]
     fixture.manifest["cases"][0]["tokens"] = [0, config.vocab_size]
+    fixture.manifest[SEAL_KEY] = manifest_digest(fixture.manifest)
     (root / MANIFEST).write_text(json.dumps(fixture.manifest, indent=2) + "\n", encoding="utf-8")
     problem = _expect_parity_error(backend, fixture, precision)
     results.append(
@@ -197,8 +199,9 @@ def _declaration_checks(backend: Backend) -> list[ConformanceResult]:
 def _tap_checks(backend: Backend, fixture: Fixture) -> tuple[list[ConformanceResult], list[str] | None]:
     try:
         taps = backend.supported_taps(fixture)
-    except Exception as exc:  # a contract check reports, it does not crash
-        return [ConformanceResult("supported_taps runs", False, f"{type(exc).__name__}: {exc}")], None
+    except BaseException as exc:  # a contract check reports, it does not crash
+        reraise_if_interrupt(exc)
+        return [ConformanceResult("supported_taps runs", False, describe_exception(exc))], None
     if not isinstance(taps, list) or not all(isinstance(t, str) for t in taps):
         return [ConformanceResult("supported_taps returns a list of tap names", False, repr(taps)[:80])], None
     unknown = [t for t in taps if t not in fixture.tap_names]
@@ -224,7 +227,7 @@ def check_backend(backend: Backend, fixture: Fixture) -> list[ConformanceResult]
     results = _declaration_checks(backend)
     if not results[1].passed:
         return results
-    missing = backend.missing_dependencies()
+    missing = checked_missing_dependencies(backend)
     results.append(
         ConformanceResult(
             "dependencies present",
@@ -249,12 +252,9 @@ def check_backend(backend: Backend, fixture: Fixture) -> list[ConformanceResult]
                 label = f"{precision} T={len(sub.cases[0].tokens)}"
                 try:
                     out: BackendOutput = backend.run(sub, precision)
-                except Exception as exc:  # reported as a failed check, with the exception's line
-                    results.append(
-                        ConformanceResult(
-                            f"{label}: runs ({case_name})", False, f"{type(exc).__name__}: {exc}"
-                        )
-                    )
+                except BaseException as exc:  # reported as a failed check, with the exception's line
+                    reraise_if_interrupt(exc)
+                    results.append(ConformanceResult(f"{label}: runs ({case_name})", False, describe_exception(exc)))
                     continue
                 results.append(ConformanceResult(f"{label}: runs ({case_name})", True))
                 for suffix, problem in _check_output(out, sub, taps, precision):

@@ -152,6 +152,7 @@ def _manifest_without_hashes(path: Path) -> dict[str, Any]:
     """The manifest apart from hashes and the platforms that made it (compared by their own rules)."""
     manifest = json.loads(path.read_text(encoding="utf-8"))
     manifest.pop("sha256", None)
+    manifest.pop("manifest_sha256", None)  # the seal hashes the rest, hashes included
     manifest.get("provenance", {}).pop("platform", None)
     manifest.get("provenance", {}).pop("training_platform", None)
     return manifest  # type: ignore[no-any-return]

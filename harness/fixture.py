@@ -1,14 +1,21 @@
 """Load and validate a fixture directory (manifest.json + safetensors), without torch.
 
 Everything a backend or the comparison reads goes through here, so every check happens once:
-format version, config, cases, taps, file names, sha256 hashes, tensor names, shapes, dtypes and
-finiteness. Every problem raises `FixtureError` with one line naming the file and what is wrong.
+strict JSON (harness/strict_json.py), the schema (harness/manifest.py), then what the schema cannot
+say (taps match the config, token ids below vocab_size, tolerance ceilings, harness/tolerances.py),
+the seal (`manifest_sha256`, the manifest's own hash, so a changed tolerance is a changed fixture),
+file names, sha256 hashes, tensor names, shapes, dtypes and finiteness. Every problem raises
+`FixtureError` with one line naming the file and what is wrong.
+
+Backends never get the harness's own objects: `Fixture.for_backend()` is a private copy, and every
+array (weights, golden) is read-only, backed by immutable bytes, so no backend can change what
+the comparison reads.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +24,9 @@ import numpy as np
 
 from harness.backends.base import PRECISIONS, Precision
 from harness.errors import FixtureError
+from harness.manifest import SEAL_KEY, manifest_digest, validate_manifest
+from harness.strict_json import StrictJSONError, load_strict
+from harness.tolerances import default_problems, override_problems
 from reference.config import GPTConfig, param_shapes
 from reference.taps import tap_names as expected_tap_names
 from reference.taps import tap_shape_template
@@ -54,6 +64,12 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only copy backed by immutable bytes: `flags.writeable = True` cannot undo it."""
+    data = np.ascontiguousarray(array)
+    return np.frombuffer(data.tobytes(), dtype=data.dtype).reshape(data.shape)
+
+
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of a safetensors file as numpy arrays; FixtureError if the file is unreadable."""
     from safetensors import SafetensorError
@@ -70,16 +86,22 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 class Fixture:
     """A validated fixture. Weights and golden tensors are read (and checked) on first use."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, root: Path, manifest: dict[str, Any], allow_loose_tolerances: bool = False) -> None:
         self.root = root
         self.manifest = manifest
         self.manifest_path = root / MANIFEST
+        self.allow_loose_tolerances = allow_loose_tolerances
+        problem = validate_manifest(manifest)
+        if problem is not None:
+            raise self._fail(problem)
         self.config = self._parse_config()
         self.vocab: list[str] = self._parse_vocab()
         self.cases: list[Case] = self._parse_cases()
         self.tap_names: list[str] = self._parse_taps()
+        self.loose: list[str] = []  # tolerances beyond their ceiling (only with allow_loose_tolerances)
         self.tolerances: dict[Precision, TierTolerances] = {p: self._parse_tolerances(p) for p in PRECISIONS}
         self.files: dict[str, Any] = self._require(manifest, "files", dict)
+        self.seal: str = self._check_seal()
         self._check_hashes()
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
@@ -154,14 +176,15 @@ class Fixture:
         return expected
 
     def _parse_tolerances(self, precision: Precision) -> TierTolerances:
+        """Finite, non-negative (the schema, strict JSON), and within the tier's ceiling."""
         tiers = self._require(self.manifest, "tolerances", dict)
         tier = self._require(tiers, precision, dict, "tolerances.")
 
         def tol(obj: dict[str, Any], where: str) -> Tolerance:
             atol = self._require(obj, "atol", float, where)
             rtol = self._require(obj, "rtol", float, where)
-            if atol < 0 or rtol < 0:
-                raise self._fail(f"{where}: negative tolerance")
+            if not (0 <= atol < float("inf") and 0 <= rtol < float("inf")):
+                raise self._fail(f"{where}: negative or non-finite tolerance")
             return Tolerance(atol, rtol)
 
         overrides = tier.get("overrides", {})
@@ -170,10 +193,35 @@ class Fixture:
         for tap in overrides:
             if tap not in self.tap_names:
                 raise self._fail(f"tolerances.{precision}.overrides: unknown tap {tap!r}")
+        default = tol(tier, f"tolerances.{precision}.")
+        self._loose(default_problems(precision, default.atol, default.rtol))
         return TierTolerances(
-            tol(tier, f"tolerances.{precision}."),
-            {tap: tol(v, f"tolerances.{precision}.overrides.{tap}.") for tap, v in overrides.items()},
+            default, {tap: tol(v, f"tolerances.{precision}.overrides.{tap}.") for tap, v in overrides.items()}
         )
+
+    def _loose(self, problems: list[str]) -> None:
+        """Tolerances beyond their ceiling: refused, or recorded when loose tolerances are allowed."""
+        if problems and not self.allow_loose_tolerances:
+            raise self._fail(f"{problems[0]}; a tolerance that loose lets wrong numbers pass "
+                             "(see docs/tolerances.md; --allow-loose-tolerances runs anyway and flags every report)")
+        self.loose += problems
+
+    def _check_overrides(self, precision: Precision, golden: dict[str, dict[str, np.ndarray]]) -> None:
+        """Each per-tap override against the ceiling scaled by that tap's golden magnitude."""
+        for tap, tol in self.tolerances[precision].overrides.items():
+            finite = [np.abs(a[np.isfinite(a)]).max(initial=0.0) for a in (golden[c.name][tap] for c in self.cases)]
+            self._loose(override_problems(precision, tap, tol.atol, tol.rtol, float(max(finite, default=0.0))))
+
+    def _check_seal(self) -> str:
+        """The manifest's own hash: any edit (a tolerance, a hash, a case) needs a deliberate re-seal."""
+        actual = manifest_digest(self.manifest)
+        if self.manifest[SEAL_KEY] != actual:
+            raise self._fail(
+                f"manifest_sha256 mismatch (manifest says {str(self.manifest[SEAL_KEY])[:12]}..., content is "
+                f"{actual[:12]}...): the manifest was edited after it was sealed; review the change, then "
+                "re-seal with `parity seal --fixture DIR`"
+            )
+        return actual
 
     def _check_hashes(self) -> None:
         hashes = self._require(self.manifest, "sha256", dict)
@@ -249,8 +297,8 @@ class Fixture:
             extra = sorted(set(tensors) - set(expected))
             if extra:
                 raise FixtureError(f"{path}: unexpected tensor(s) {', '.join(map(repr, extra))}")
-            self._weights = {name: tensors[name] for name in expected}
-        return self._weights
+            self._weights = {name: frozen(tensors[name]) for name in expected}
+        return dict(self._weights)  # a fresh dict of read-only arrays: nobody can change the harness's
 
     def golden(self, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
         """The reference taps {case: {tap: array}} of one tier, checked: every key, shape, dtype, no NaN."""
@@ -275,37 +323,77 @@ class Fixture:
                         )
                     if np.isnan(t).any():
                         raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
-                    out[case.name][tap] = t
+                    out[case.name][tap] = frozen(t)
             extra = sorted(set(tensors) - {f"{c.name}/{t}" for c in self.cases for t in self.tap_names})
             if extra:
                 raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+            self._check_overrides(precision, out)
             self._golden[precision] = out
-        return self._golden[precision]
+        return {case: dict(taps) for case, taps in self._golden[precision].items()}
+
+    def for_backend(self) -> Fixture:
+        """A private copy for a backend: its own manifest, cases, taps, tolerances; the same read-only arrays."""
+        clone = copy.copy(self)
+        for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tolerances", "loose"):
+            setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
+        clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
+        clone._weights = dict(self._weights) if self._weights is not None else None
+        return clone
+
+    def tolerance_summary(self) -> dict[str, Any]:
+        """The tolerances in force, for reports: per tier atol, rtol and overrides; loose ones listed."""
+        return {
+            "tiers": {p: {"atol": t.default.atol, "rtol": t.default.rtol,
+                          "overrides": {tap: {"atol": o.atol, "rtol": o.rtol} for tap, o in t.overrides.items()}}
+                      for p, t in self.tolerances.items()},
+            "loose": list(self.loose),
+            "manifest_sha256": self.seal,
+        }
 
 
-def load_fixture(root: str | Path) -> Fixture:
-    """Read and validate a fixture directory; FixtureError (exit 2) on any problem."""
+def load_fixture(root: str | Path, allow_loose_tolerances: bool = False) -> Fixture:
+    """Read and validate a fixture directory; FixtureError (exit 2) on any problem.
+
+    Tolerances beyond their ceiling (harness/tolerances.py) are refused unless
+    `allow_loose_tolerances`, which records them in `Fixture.loose` for every report to show.
+    """
     root = Path(root)
     manifest_path = root / MANIFEST
     if not root.is_dir():
         raise FixtureError(f"{root}: fixture directory not found")
     if not manifest_path.is_file():
         raise FixtureError(f"{manifest_path}: file not found")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FixtureError(f"{manifest_path}: not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise FixtureError(f"{manifest_path}: the manifest must be a JSON object")
+    manifest = read_manifest(manifest_path)
     if manifest.get("format") != FORMAT_NAME:
-        raise FixtureError(f"{manifest_path}: not a parity fixture (format is {manifest.get('format')!r})")
+        raise FixtureError(f"{manifest_path}: not a parity fixture (format is {_json(manifest.get('format'))})")
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # not true, not 1.0
         raise FixtureError(
-            f"{manifest_path}: unknown fixture format version {version!r} "
-            f"(this parity reads version {FORMAT_VERSION}); regenerate it with `parity export` or upgrade parity"
+            f"{manifest_path}: unknown fixture format version {_json(version)} "
+            f"(this parity reads version {FORMAT_VERSION}, an integer); regenerate it with `parity export` "
+            "or upgrade parity"
         )
-    return Fixture(root, manifest)
+    return Fixture(root, manifest, allow_loose_tolerances)
+
+
+def _json(value: object) -> str:
+    import json
+
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """manifest.json as strict JSON (no NaN, Infinity or repeated keys), a JSON object; FixtureError if not."""
+    try:
+        manifest = load_strict(path)
+    except StrictJSONError as exc:
+        raise FixtureError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise FixtureError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not isinstance(manifest, dict):
+        raise FixtureError(f"{path}: the manifest must be a JSON object")
+    return manifest
 
 
 def default_fixture_dir() -> Path:

@@ -1,7 +1,9 @@
 """Write a fixture directory (docs/fixture-format.md) from arrays: the one writer every fixture goes through.
 
 `write_fixture_files` writes weights.safetensors, golden.fp32/fp64.safetensors, optionally the two
-ONNX graphs, and manifest.json with the sha256 of every file. `parity export` (harness/export.py)
+ONNX graphs, and manifest.json with the sha256 of every file and the seal (`manifest_sha256`, the
+hash of the manifest itself). `seal_manifest(root)` re-seals an existing fixture after a reviewed
+edit of its manifest (`parity seal --fixture DIR`). `parity export` (harness/export.py)
 uses it for the toy, the conformance kit (harness/conformance.py) for its derived fixtures, and the
 tests for their random-weight fixtures (tests/fixture_builders.py).
 """
@@ -18,7 +20,17 @@ import numpy as np
 
 from harness.backends.base import PRECISIONS, Precision
 from harness.export import FP32_ATOL, FP32_RTOL, FP64_ATOL
-from harness.fixture import DTYPES, FORMAT_NAME, FORMAT_VERSION, MANIFEST, Case, sha256_file
+from harness.fixture import (
+    DTYPES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    Case,
+    load_fixture,
+    read_manifest,
+    sha256_file,
+)
+from harness.manifest import SEAL_KEY, manifest_digest
 from harness.onnx_graph import OnnxGraph
 from reference.config import GPTConfig
 from reference.taps import tap_names, tap_shape_template
@@ -102,7 +114,31 @@ def write_fixture_files(
         "sha256": {name: sha256_file(root / name) for name in names},
         "provenance": dict(provenance),
     }
+    manifest[SEAL_KEY] = manifest_digest(manifest)
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
-__all__ = ["ONNX_FILES", "Golden", "default_tolerances", "write_fixture_files"]
+def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tolerances: bool = False) -> str:
+    """Re-seal `root`/manifest.json after a reviewed edit; returns the new seal (hex sha256).
+
+    The manifest must still be strict JSON and pass every check of `load_fixture` (schema, ceilings,
+    file hashes), or nothing is changed and FixtureError says why. `rehash_files` first rewrites the
+    sha256 of every listed file: for a data file changed on purpose.
+    """
+    root = Path(root)
+    path = root / MANIFEST
+    before = path.read_bytes()
+    manifest = read_manifest(path)
+    if rehash_files and isinstance(manifest.get("sha256"), dict):
+        manifest["sha256"] = {name: sha256_file(root / name) for name in manifest["sha256"]}
+    manifest[SEAL_KEY] = manifest_digest(manifest)
+    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    try:
+        load_fixture(root, allow_loose_tolerances=allow_loose_tolerances)
+    except BaseException:
+        path.write_bytes(before)  # a manifest that does not load is not sealed
+        raise
+    return str(manifest[SEAL_KEY])
+
+
+__all__ = ["ONNX_FILES", "Golden", "default_tolerances", "seal_manifest", "write_fixture_files"]

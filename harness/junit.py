@@ -10,6 +10,9 @@
     </testsuites>
 
 A testcase passes when the tap agrees in every case; its failure message is the worst case's.
+The root carries <properties>: the tolerances in force (`tolerance.fp32.atol`, ...), the fixture's
+`manifest_sha256`, `loose` ("true" when --allow-loose-tolerances let tolerances beyond their
+ceiling through: not a gate) and each loose tolerance as `loose.N`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,17 @@ def _testcase(suite: ET.Element, s: TapSummary, results: list[CheckResult]) -> N
 def junit_element(report: Report) -> ET.Element:
     """The report as a JUnit XML <testsuites> element (see the module docstring)."""
     root = ET.Element("testsuites", name="parity")
+    props = ET.SubElement(root, "properties")
+    for tier, t in report.tolerances.get("tiers", {}).items():
+        ET.SubElement(props, "property", name=f"tolerance.{tier}.atol", value=f"{t['atol']:g}")
+        ET.SubElement(props, "property", name=f"tolerance.{tier}.rtol", value=f"{t['rtol']:g}")
+        for tap, o in t["overrides"].items():
+            ET.SubElement(props, "property", name=f"tolerance.{tier}.overrides.{tap}",
+                          value=f"atol {o['atol']:g}, rtol {o['rtol']:g}")
+    ET.SubElement(props, "property", name="manifest_sha256", value=str(report.tolerances.get("manifest_sha256", "")))
+    ET.SubElement(props, "property", name="loose", value="true" if report.loose else "false")
+    for i, problem in enumerate(report.tolerances.get("loose", [])):
+        ET.SubElement(props, "property", name=f"loose.{i}", value=problem)
     by_tier: dict[tuple[str, str, str], list[TapSummary]] = {}
     for s in report.summaries:
         by_tier.setdefault((s.backend, s.precision, s.golden), []).append(s)

@@ -19,6 +19,7 @@ import numpy as np
 from harness.backends.base import Backend
 from harness.errors import EXIT_DISAGREE, EXIT_OK, BackendFailed, ParityError
 from harness.fixture import Fixture
+from harness.registry import checked_supported_taps
 from harness.runner import Progress, run_backend
 
 
@@ -91,7 +92,7 @@ def run_lens(
     taps = lens_taps(fixture)
     say = progress or (lambda _msg: None)
     for backend in backends:
-        if not set(taps) <= set(backend.supported_taps(fixture)):
+        if not set(taps) <= set(checked_supported_taps(backend, fixture)):
             if not default_selection:
                 print(f"parity lens: {backend.name} does not produce the logit_lens taps: not checked", file=out)
             continue

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, OK, TapSummary
-from harness.report import divergence_paragraph, tier_label, tolerance_text, verdict_line
+from harness.report import divergence_paragraph, loose_line, tier_label, tolerance_text, tolerances_line, verdict_line
 from harness.runner import Report
 
 
@@ -65,15 +65,19 @@ def markdown_summary(report: Report) -> str:
     if report.divergences:
         lines += ["", "### First divergences", ""]
         lines += [f"- {divergence_paragraph(d)}" for d in report.divergences]
+    lines += ["", tolerances_line(report)]
+    if report.loose:
+        lines += ["", f"**{loose_line(report)}**"]
     lines += ["", f"**{verdict_line(report)}**", ""]
     return "\n".join(lines)
 
 
 def write_markdown(report: Report, path: Path) -> None:
     """Write the summary to `path`, and append it to $GITHUB_STEP_SUMMARY when that is set."""
+    from harness.report_paths import write_report_text
+
     text = markdown_summary(report)
-    path.write_text(text, encoding="utf-8")
+    write_report_text(path, text, "Markdown summary")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
+        write_report_text(Path(step_summary), text + "\n", "$GITHUB_STEP_SUMMARY", append=True)

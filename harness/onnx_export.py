@@ -102,7 +102,7 @@ def export_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: Path, o
             # Buffers become ONNX initializers; '.' is not allowed in a buffer name.
             self.keys = list(expected)
             for key in self.keys:
-                tensor = torch.from_numpy(np.ascontiguousarray(weights[key], dtype=np.float32))
+                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))  # a writable copy
                 self.register_buffer(key.replace(".", "__"), tensor.clone())
 
         def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:

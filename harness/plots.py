@@ -43,6 +43,11 @@ def require_matplotlib() -> Any:
     return plt
 
 
+def check_plot_path(path: Path) -> None:
+    """ParityError unless `path` names a picture type parity draws (.png or .svg)."""
+    _check_path(path)
+
+
 def _check_path(path: Path) -> None:
     if path.suffix.lower() not in FORMATS:
         raise ParityError(f"{path}: unknown picture type {path.suffix!r} (use .png or .svg)")

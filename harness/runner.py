@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,8 +28,10 @@ from harness.compare import (
     name_index,
     summarize_tap,
 )
-from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendFailed, ParityError
+from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendFailed
 from harness.fixture import Fixture
+from harness.guard import call_backend, one_line
+from harness.registry import checked_supported_taps
 from reference.taps import tap_shape_template
 
 
@@ -55,6 +58,7 @@ class Report:
     runs: list[BackendRun] = field(default_factory=list)
     budget: list[BudgetRow] = field(default_factory=list)  # every result against the float64 truth
     skipped: list[str] = field(default_factory=list)  # registered backends not run: missing dependencies
+    tolerances: dict[str, Any] = field(default_factory=dict)  # Fixture.tolerance_summary(): in force, loose
     # What each backend returned, by (backend, precision): {case: {tap: array}}. Not written to JSON.
     outputs: dict[tuple[str, str], BackendOutput] = field(default_factory=dict, repr=False)
     fixture_id: str = ""  # the fixture's content hash (harness/fixture_id.py), "" when not computed
@@ -73,6 +77,22 @@ class Report:
     def passed(self) -> bool:
         return self.n_failed == 0 and self.n_passed > 0
 
+    def taps_compared(self) -> dict[str, tuple[int, int]]:
+        """Per backend (in run order): how many taps were compared in any tier, of the fixture's taps."""
+        compared: dict[str, set[str]] = {}
+        every: dict[str, set[str]] = {}
+        for r in self.results:
+            every.setdefault(r.backend, set()).add(r.tap)
+            taps = compared.setdefault(r.backend, set())
+            if r.status != NOT_SUPPORTED:
+                taps.add(r.tap)
+        return {b: (len(compared[b]), len(every[b])) for b in compared}
+
+    @property
+    def loose(self) -> bool:
+        """True when the fixture's tolerances exceed their ceilings (--allow-loose-tolerances)."""
+        return bool(self.tolerances.get("loose"))
+
     @property
     def exit_code(self) -> int:
         if self.n_passed + self.n_failed == 0:
@@ -80,17 +100,43 @@ class Report:
         return EXIT_DISAGREE if self.n_failed else EXIT_OK
 
 
-def validate_output(backend: Backend, fixture: Fixture, output: object) -> BackendOutput:
-    """Check the structure of a backend's output (not its numbers); BackendFailed if unusable."""
+def validate_output(backend: Backend, fixture: Fixture, output: object, supported: list[str]) -> BackendOutput:
+    """Check the structure of a backend's output (not its numbers) and take a private copy of it.
+
+    As strict as `parity check-backend`: a dict with exactly the fixture's cases, each a dict of
+    declared taps only, each a numpy.ndarray (not a list, not a subclass). BackendFailed (exit 2)
+    otherwise. A declared tap that is missing, or an array of the wrong shape, dtype or with NaN,
+    is left to the comparison: a failed check (exit 1) at that tap. The arrays are copied, so the
+    backend cannot change them after the comparison (nor see them change).
+    """
+    name = backend.name
     if not isinstance(output, dict):
-        raise BackendFailed(f"backend {backend.name!r} returned {type(output).__name__}, expected a dict by case")
-    missing = [c.name for c in fixture.cases if c.name not in output]
+        raise BackendFailed(f"backend {name!r} returned {type(output).__name__}, expected a dict by case")
+    cases = dict(dict.items(output))  # the dict's own items, whatever a subclass overrides
+    known = {c.name for c in fixture.cases}
+    unknown = [c for c in cases if c not in known]
+    if unknown:
+        raise BackendFailed(f"backend {name!r} returned an unknown case {one_line(repr(unknown[0]))[:80]} "
+                            f"(the fixture's cases: {len(known)})")
+    missing = [c.name for c in fixture.cases if c.name not in cases]
     if missing:
-        raise BackendFailed(f"backend {backend.name!r} returned no result for case {missing[0]!r}")
-    for case, taps in output.items():
+        raise BackendFailed(f"backend {name!r} returned no result for case {missing[0]!r}")
+    copied: BackendOutput = {}
+    declared = set(supported)
+    for case in fixture.cases:
+        taps = cases[case.name]
         if not isinstance(taps, dict):
-            raise BackendFailed(f"backend {backend.name!r}, case {case!r}: expected a dict by tap")
-    return output
+            raise BackendFailed(f"backend {name!r}, case {case.name!r}: expected a dict by tap")
+        copied[case.name] = {}
+        for tap, array in dict.items(taps):
+            if tap not in declared:
+                raise BackendFailed(f"backend {name!r}, case {case.name!r}: returned tap "
+                                    f"{one_line(repr(tap))[:80]}, which it does not declare in supported_taps")
+            if type(array) is not np.ndarray:
+                raise BackendFailed(f"backend {name!r}, {case.name}/{tap}: returned {type(array).__name__}, "
+                                    "expected numpy.ndarray")
+            copied[case.name][tap] = np.array(array, copy=True)
+    return copied
 
 
 def compare_output(
@@ -148,19 +194,15 @@ Progress = Callable[[str], None]
 def run_backend(backend: Backend, fixture: Fixture, precision: Precision) -> tuple[list[str], BackendOutput]:
     """A backend's declared taps and its checked output; any failure stops the run with one line.
 
-    ParityError (bad input, environment, timeout) passes through; any other exception is the
-    backend's own bug and becomes BackendFailed naming it (exit 2), never a traceback.
+    The backend gets `fixture.for_backend()`, a private copy whose arrays are read-only, so it
+    cannot change what the comparison reads. Whatever it raises becomes one line, exit 2
+    (harness/guard.py); what it returns is checked by `validate_output`.
     """
-    try:
-        supported = backend.supported_taps(fixture)
-        return supported, validate_output(backend, fixture, backend.run(fixture, precision))
-    except ParityError:
-        raise
-    except Exception as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise BackendFailed(
-            f"backend {backend.name!r} ({precision}) crashed: {type(exc).__name__}: {detail}"
-        ) from None
+    supported = checked_supported_taps(backend, fixture)
+    view = fixture.for_backend()
+    output = call_backend(backend.name, f"run ({precision})", lambda: backend.run(view, precision))
+    return supported, call_backend(backend.name, f"its output ({precision})",
+                                   lambda: validate_output(backend, fixture, output, supported))
 
 
 def _stderr(msg: str) -> None:
@@ -175,7 +217,7 @@ def run_parity(
 ) -> Report:
     """Run every backend in every requested precision it supports, and compare."""
     wanted = precisions or list(PRECISIONS)
-    report = Report(str(fixture.root))
+    report = Report(str(fixture.root), tolerances=fixture.tolerance_summary())
     say = progress or (lambda _msg: None)
     for backend in backends:
         for precision in wanted:

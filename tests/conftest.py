@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.fixture import MANIFEST, sha256_file
+from harness.manifest import manifest_digest
 
 REPO = Path(__file__).resolve().parent.parent
 # Set by `nox -s tests` (and so by CI): a skip there means a built-in backend's dependency is
@@ -93,19 +94,28 @@ def fixture_copy(tmp_path: Path, toy_dir: Path) -> Path:
     return dst
 
 
-def rehash(root: Path) -> None:
-    """Rewrite the manifest's sha256 table after a test changed a file on purpose."""
-    manifest = json.loads((root / MANIFEST).read_text())
-    manifest["sha256"] = {name: sha256_file(root / name) for name in manifest["sha256"]}
+def reseal(root: Path, manifest: dict, rehash_files: bool = False) -> None:  # type: ignore[type-arg]
+    """Write `manifest` with its sha256 table (if `rehash_files`) and its seal recomputed, unchecked."""
+    if rehash_files:
+        manifest["sha256"] = {name: sha256_file(root / name) for name in manifest["sha256"]}
+    manifest["manifest_sha256"] = manifest_digest(manifest)
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
 
-def edit_manifest(root: Path, change: Callable[[dict], None], rehash_files: bool = False) -> None:  # type: ignore[type-arg]
+def rehash(root: Path) -> None:
+    """Rewrite the manifest's sha256 table and seal after a test changed a file on purpose."""
+    reseal(root, json.loads((root / MANIFEST).read_text()), rehash_files=True)
+
+
+def edit_manifest(root: Path, change: Callable[[dict], object], rehash_files: bool = False,  # type: ignore[type-arg]
+                  seal: bool = True) -> None:
+    """Change the manifest, re-sealed (as a reviewed edit would be) unless `seal` is False."""
     manifest = json.loads((root / MANIFEST).read_text())
     change(manifest)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    if rehash_files:
-        rehash(root)
+    if seal:
+        reseal(root, manifest, rehash_files)
+    else:
+        (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:

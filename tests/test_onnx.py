@@ -32,7 +32,7 @@ from harness.fixture import MANIFEST, Fixture, load_fixture
 from harness.fixture_writer import ONNX_FILES
 from harness.onnx_export import check_onnx_against_golden, check_onnx_file
 from harness.onnx_graph import INPUT_NAME, ONNX_OPSET, OnnxGraph, ort_runner
-from tests.conftest import rehash, run_cli
+from tests.conftest import rehash, reseal, run_cli
 from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,7 +163,7 @@ def test_no_onnx_files_says_run_parity_export(backend_cls: type[Backend], copy_d
     del manifest["files"]["onnx"]
     for name in ONNX_FILES.values():
         del manifest["sha256"][name]
-    (copy_dir / MANIFEST).write_text(json.dumps(manifest))
+    reseal(copy_dir, manifest)
     with pytest.raises(FixtureError, match="parity export"):
         backend_cls().run(load_fixture(copy_dir), "fp32")
 

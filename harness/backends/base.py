@@ -22,6 +22,14 @@ PRECISIONS: tuple[Precision, ...] = ("fp32", "fp64")
 BackendOutput = dict[str, dict[str, "np.ndarray"]]
 
 
+def module_available(name: str) -> bool:
+    """True if `name` can be imported; a dotted name whose parent is missing is missing, not an error."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # find_spec("a.b") raises ModuleNotFoundError when `a` is missing
+        return False
+
+
 class Backend:
     """Subclass this, set the class attributes, and implement `run`."""
 
@@ -33,7 +41,7 @@ class Backend:
 
     def missing_dependencies(self) -> list[str]:
         """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""
-        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+        return [m for m in self.requires if not module_available(m)]
 
     def supported_taps(self, fixture: Fixture) -> list[str]:
         """The taps this backend produces for this fixture; by default every tap of the manifest."""

@@ -15,6 +15,7 @@ checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -24,7 +25,7 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
@@ -112,6 +113,25 @@ def timeout_seconds() -> float:
     return value
 
 
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's process group (its own session), then reap the child (bounded wait)."""
+    if os.name != "nt":
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
+            os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):  # unkillable (uninterruptible sleep): do not hang on it
+        proc.wait(timeout=5)
+
+
+def _tail(f: Any, limit: int = 64 * 1024) -> str:
+    """The last `limit` bytes of an open file, as text (a child could write gigabytes to stderr)."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - limit))
+    return str(f.read().decode("utf-8", errors="replace"))
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "(no output on stderr)"
@@ -158,28 +178,35 @@ class TypeScriptBackend(Backend):
 
     @staticmethod
     def _run_node(args: list[str], cwd: str, timeout: float, script: Path) -> str:
-        """Run Node in its own process group; returns its stderr, BackendFailed on error or timeout."""
-        try:
-            proc = subprocess.Popen(
-                args,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=os.name != "nt",
-            )
-        except OSError as exc:
-            raise BackendFailed(f"typescript: cannot start {args[0]}: {exc}") from None
-        try:
-            _, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            if os.name != "nt":
-                os.killpg(proc.pid, signal.SIGKILL)  # the whole group: a wrapper script's children too
-            else:
-                proc.kill()
-            proc.communicate()
-            raise BackendFailed(f"typescript: {script.name} timed out after {timeout:g} s") from None
+        """Run Node in its own process group; returns its stderr, BackendFailed on error or timeout.
+
+        Its output goes to files, not pipes, and only Node itself is waited for: a grandchild that
+        escaped into a session of its own (and so survives the group kill) cannot hold the run
+        past the timeout by keeping a pipe open.
+        """
+        err_path = Path(cwd) / "node.stderr"
+        with open(err_path, "w+b") as err:
+            try:
+                proc = subprocess.Popen(
+                    args,
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=os.name != "nt",
+                )
+            except OSError as exc:
+                raise BackendFailed(f"typescript: cannot start {args[0]}: {exc}") from None
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise BackendFailed(f"typescript: {script.name} timed out after {timeout:g} s") from None
+            except BaseException:  # Ctrl-C or anything else: never leave Node running
+                _kill_group(proc)
+                raise
+            _kill_group(proc)  # whatever Node left behind in its group
+            stderr = _tail(err)
         if proc.returncode != 0:
             raise BackendFailed(
                 f"typescript: {script.name} failed (exit code {proc.returncode}): {_last_line(stderr)}"
