@@ -76,12 +76,10 @@ def _nothing_to_compare(backends: list[Backend], precisions: list[Precision]) ->
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.report import print_report, write_json
-    from harness.report_paths import check_report_paths
     from harness.runner import run_parity
 
     names = _parse_backends(args.backends)
-    check_report_paths({"JSON report": args.json, "JUnit file": args.junit, "Markdown summary": args.markdown,
-                        "picture": args.plot})
+    _check_report_paths(args)
     fixture = load_fixture(args.fixture, allow_loose_tolerances=args.allow_loose_tolerances)
     if args.plot:
         from harness.plots import check_plot_path, require_matplotlib
@@ -114,8 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
-    if report.exit_code == EXIT_BAD_INPUT:
-        raise ParityError("nothing was compared: every tap of every backend run was 'not supported'")
+    _refuse_nothing_compared(report)
     if args.save_outputs:
         from harness.dump import save_outputs
 
@@ -123,15 +120,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _check_report_paths(args: argparse.Namespace) -> None:
+    """Every report path of run, compare and merge checked writable before any work (exit 2, one line)."""
+    from harness.report_paths import check_report_paths
+
+    check_report_paths({"JSON report": args.json, "JUnit file": args.junit, "Markdown summary": args.markdown,
+                        "picture": getattr(args, "plot", None)})
+
+
+def _refuse_nothing_compared(report: Report) -> None:
+    if report.exit_code == EXIT_BAD_INPUT:
+        raise ParityError("nothing was compared: every tap of every backend run was 'not supported'")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Judge dumps (docs/dump-format.md) against the fixture's goldens, with `parity run`'s report and exit codes."""
     from harness.dump import compare_dumps
     from harness.report import print_report, write_json
 
+    _check_report_paths(args)
     fixture = load_fixture(args.fixture)
     if args.plot:
-        from harness.plots import require_matplotlib
+        from harness.plots import check_plot_path, require_matplotlib
 
+        check_plot_path(Path(args.plot))
         require_matplotlib()
     for precision in PRECISIONS:
         fixture.golden(precision)
@@ -144,6 +156,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
+    _refuse_nothing_compared(report)
     return report.exit_code
 
 
@@ -152,6 +165,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from harness.merge import merge_reports
     from harness.report import print_report, write_json
 
+    _check_report_paths(args)
     report = merge_reports([Path(p) for p in args.reports])
     backends = ", ".join(dict.fromkeys(run.backend for run in report.runs))
     print(f"parity: merged {len(args.reports)} reports of fixture {report.fixture} ({report.fixture_id[:19]}...); "
@@ -162,6 +176,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, Path(args.json))
     _write_extra_reports(args, report, None)  # no --plot: a picture needs the fixture (compare the dumps)
+    _refuse_nothing_compared(report)
     return report.exit_code
 
 

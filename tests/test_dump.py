@@ -190,8 +190,9 @@ def test_a_subset_of_taps_is_not_supported_and_a_declared_tap_missing_fails(
     proc = run_cli("compare", str(rewrite(src, tmp_path / "logits.safetensors", logits_only, meta)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     n_cases = len(logits_only)
-    assert proc.stdout.splitlines()[-1].startswith(f"PASS: every backend agrees on every tap; {n_cases} passed, "
-                                                   f"0 failed, {42 * n_cases} not supported")
+    assert proc.stdout.splitlines()[-1].startswith(
+        "PASS: every backend agrees on every tap it was compared on (taps compared: numpy 1/43); "
+        f"{n_cases} passed, 0 failed, {42 * n_cases} not supported")
     # Declared in "taps" but absent for one case: "missing", a failure as for a live backend.
     del tensors[f"grammar_2/{TAP}"]
     proc = run_cli("compare", str(rewrite(src, tmp_path / "hole.safetensors", tensors)))
@@ -239,7 +240,9 @@ def test_the_node_written_dump_passes_compare(tmp_path: Path) -> None:
     assert meta["backend"] == "typescript" and meta["precision"] == "fp64" and "Node" in meta["platform"]
     compared = run_cli("compare", str(out))
     assert compared.returncode == 0, compared.stdout + compared.stderr
-    assert compared.stdout.splitlines()[-1].startswith("PASS: every backend agrees on every tap; 1032 passed, 0 failed")
+    assert compared.stdout.splitlines()[-1].startswith(
+        "PASS: every backend agrees on every tap it was compared on (taps compared: typescript 43/43); "
+        "1032 passed, 0 failed")
 
 
 def test_canonical_json_matches_javascript(tmp_path: Path) -> None:
@@ -294,4 +297,6 @@ def test_the_docs_recipe_writes_a_dump_that_compare_accepts(toy_dir: Path, tmp_p
     })
     proc = run_cli("compare", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-1].startswith("PASS: every backend agrees on every tap; 1032 passed, 0 failed")
+    assert proc.stdout.splitlines()[-1].startswith(
+        "PASS: every backend agrees on every tap it was compared on (taps compared: recipe 43/43); "
+        "1032 passed, 0 failed")

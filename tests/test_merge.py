@@ -131,3 +131,17 @@ def test_merging_one_report_reproduces_its_table_structural_failures_included(
     assert merged.returncode == 1, merged.stdout + merged.stderr
     assert "max_abs inf" in judged.stdout and "max_abs -" in judged.stdout
     assert merged.stdout.splitlines()[1:] == judged.stdout.splitlines()[1:]  # all but the first line
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown"])
+def test_compare_and_merge_check_report_paths_before_any_work(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path, flag: str
+) -> None:
+    """As for `parity run`: an unwritable report path is exit 2 and one line, before anything is read."""
+    bad = str(tmp_path / "no-such-dir" / "report.out")
+    dumps = sorted(str(p) for p in (runs["numpy"][0].parent / "numpy").glob("*.safetensors"))
+    for args in (("compare", *dumps, flag, bad), ("merge", str(runs["numpy"][0]), flag, bad)):
+        proc = run_cli(*args)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith("parity: error: ") and "no-such-dir" in proc.stderr
