@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from harness.backends.typescript_backend import TypeScriptBackend, find_node
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
 from harness.resources import CHECKOUT_DIR
+from harness.settings import seconds_from_env
 
 if TYPE_CHECKING:
     import numpy as np
@@ -68,16 +69,7 @@ def missing(packages: tuple[str, ...] = (), need_browser: bool = True) -> list[s
 
 def browser_timeout() -> float:
     """PARITY_BROWSER_TIMEOUT in seconds (default 120); BackendFailed if it is not a positive number."""
-    raw = os.environ.get("PARITY_BROWSER_TIMEOUT", "")
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise BackendFailed(f"PARITY_BROWSER_TIMEOUT={raw!r} must be a positive number of seconds")
-    return value
+    return seconds_from_env("PARITY_BROWSER_TIMEOUT", DEFAULT_TIMEOUT_S)
 
 
 def run_driver(who: str, args: list[str], cwd: str) -> None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
 from harness.resources import ts_model_dir
+from harness.settings import seconds_from_env
 
 if TYPE_CHECKING:
     import numpy as np
@@ -101,16 +102,7 @@ def find_node() -> str:
 
 def timeout_seconds() -> float:
     """PARITY_NODE_TIMEOUT in seconds (default 120); BackendFailed if it is not a positive number."""
-    raw = os.environ.get("PARITY_NODE_TIMEOUT", "")
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise BackendFailed(f"PARITY_NODE_TIMEOUT={raw!r} must be a positive number of seconds")
-    return value
+    return seconds_from_env("PARITY_NODE_TIMEOUT", DEFAULT_TIMEOUT_S)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

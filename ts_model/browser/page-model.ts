@@ -5,23 +5,14 @@
 // numbers, the browser's own Math), and returns every tap as one safetensors file, base64-encoded,
 // F64 under "{case}/{tap}" in the manifest's order: what ts_model/run.ts writes under Node.
 
-import { runWithTaps } from "../model.ts";
-import type { Tensor } from "../model.ts";
+import { computeAllTaps } from "../taps.ts";
 import { serializeSafetensors } from "../safetensors.ts";
 import { fetchFixture, fetchParams, toBase64 } from "./fetch-fixture.ts";
 
 async function parityRunModel(base: string): Promise<string> {
   const { fixture } = await fetchFixture(base);
   const params = await fetchParams(base, fixture);
-  const out = new Map<string, Tensor>();
-  for (const c of fixture.cases) {
-    const taps = runWithTaps(params, fixture.config, c.tokens);
-    for (const tap of fixture.taps) {
-      const value = taps.get(tap);
-      if (value === undefined) throw new Error(`case '${c.name}': the model produced no tap '${tap}'`);
-      out.set(`${c.name}/${tap}`, value);
-    }
-  }
+  const out = computeAllTaps(fixture, params);
   const metadata = { producer: "parity ts_model/browser/page-model.ts", precision: "fp64", userAgent: navigator.userAgent };
   return toBase64(serializeSafetensors(out, metadata));
 }
