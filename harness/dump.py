@@ -9,7 +9,6 @@ precision it ran; `parity compare DUMP ...` judges dumps against the fixture's g
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -26,6 +25,7 @@ from harness.errors import ParityError
 from harness.fixture import Fixture
 from harness.fixture_id import fixture_id
 from harness.runner import BackendRun, Report, add_output, finish_report
+from harness.strict_json import StrictJSONError, loads_strict
 
 FORMAT_NAME = "parity-dump"
 FORMAT_VERSION = "1"
@@ -124,15 +124,15 @@ def read_header(path: Path) -> dict[str, Any]:
             size = os.fstat(f.fileno()).st_size
             if n > min(size - 8, MAX_HEADER):
                 raise DumpError(f"{path}: not a safetensors file (header length {n} is beyond the file's {size} bytes)")
-            header = json.loads(f.read(n).decode("utf-8"))
+            header = loads_strict(f.read(n).decode("utf-8"))
     except FileNotFoundError:
         raise DumpError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise DumpError(f"{path}: is a directory, not a dump") from None
     except OSError as exc:
         raise DumpError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DumpError(f"{path}: not a safetensors file (header is not UTF-8 JSON: {exc})") from None
+    except (UnicodeDecodeError, StrictJSONError) as exc:
+        raise DumpError(f"{path}: not a safetensors file (header is not strict UTF-8 JSON: {exc})") from None
     if not isinstance(header, dict):
         raise DumpError(f"{path}: not a safetensors file (header is not a JSON object)")
     return header

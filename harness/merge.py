@@ -10,7 +10,6 @@ different fixtures, and two reports holding the same backend x precision.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import fields
 from pathlib import Path
@@ -21,6 +20,7 @@ from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
 from harness.errors import ParityError
 from harness.report import SCHEMA_VERSION
 from harness.runner import BackendRun, Report
+from harness.strict_json import StrictJSONError, loads_strict
 
 T = TypeVar("T")
 
@@ -64,13 +64,15 @@ def _list(doc: dict[str, Any], key: str, path: Path) -> list[Any]:
 def read_report(path: Path) -> dict[str, Any]:
     """A parity JSON report, checked for its schema and version."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = loads_strict(path.read_text(encoding="utf-8"))  # no NaN, Infinity or repeated key can slip in
     except FileNotFoundError:
         raise MergeError(f"{path}: file not found") from None
     except OSError as exc:
         raise MergeError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MergeError(f"{path}: not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise MergeError(f"{path}: not valid JSON (not UTF-8: {exc.reason})") from None
+    except StrictJSONError as exc:
+        raise MergeError(f"{path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != "parity-report":
         raise MergeError(f"{path}: not a parity report (no \"schema\": \"parity-report\")")
     if doc.get("schema_version") != SCHEMA_VERSION:

@@ -145,3 +145,17 @@ def test_compare_and_merge_check_report_paths_before_any_work(
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith("parity: error: ") and "no-such-dir" in proc.stderr
+
+
+def test_a_report_with_nan_or_a_repeated_key_is_refused(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """Reports are read as strictly as manifests: what parity never writes cannot be merged."""
+    text = runs["numpy"][0].read_text()
+    for name, bad in (("nan", text.replace('"passed": true', '"passed": NaN', 1)),
+                      ("repeated", text.replace('{', '{"passed": true, "passed": false, ', 1))):
+        path = tmp_path / f"{name}.json"
+        path.write_text(bad)
+        proc = run_cli("merge", str(path))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr, proc.stderr
