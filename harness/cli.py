@@ -199,6 +199,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.check:
         return check_fixture(Path(args.fixture), progress=_progress, retrain=not args.no_retrain)
+    if args.decoding_only:
+        from harness.decoding import add_decoding
+
+        add_decoding(Path(args.fixture), progress=lambda m: _progress(f"parity export: {m}"))
+        _progress(f"parity export: added the decoding goldens and graph to {args.fixture}")
+        return EXIT_OK
     export_fixture(Path(args.fixture), steps=args.steps, seed=args.seed, progress=_progress)
     return EXIT_OK
 
@@ -321,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="regenerate into a temporary directory and compare with the committed fixture")
     export.add_argument("--no-retrain", action="store_true",
                         help="with --check: check the golden files, manifest and ONNX graphs, but do not retrain")
+    export.add_argument("--decoding-only", action="store_true",
+                        help="add (or rewrite) only the decoding goldens and model.decode.onnx of an existing "
+                             "fixture; no other file changes, nothing is retrained")
     export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
     export.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
     export.set_defaults(func=cmd_export)

@@ -100,6 +100,11 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
         lines.append("decoding: not checked: no selected backend supports decoding")
     else:
         lines.append("decoded in: " + ", ".join(f"{r.backend} {r.precision} {r.seconds:.2f} s" for r in dec.runs))
+    if dec.runs:
+        near = f", {dec.n_near_ties} near-tie(s) reported" if dec.n_near_ties else ""
+        greedy_bad = sum(g.status == FAIL for g in dec.greedy)
+        lines.append(f"decoding: {dec.n_passed} passed, {dec.n_failed - greedy_bad} failed (prompt x step x tap "
+                     f"checks); greedy tokens: {greedy_bad} backend x prompt(s) differ{near}")
     for d in dec.divergences:
         lines.append("")
         lines.append(divergence_paragraph(d, sequences.get(d.prompt, []), vocab))

@@ -317,19 +317,26 @@ def add_decoding(root: Path, progress: Callable[[str], None] | None = None) -> N
 
     The manifest gets its `decoding` section, `files.decoding` and the new files' sha256.
     """
-    from harness.fixture import MANIFEST, load_fixture, sha256_file
+    from harness.fixture import load_fixture
 
     fixture = load_fixture(root)
     section, files = write_decoding_files(root, fixture.weights(), fixture.config, fixture.vocab, progress=progress)
-    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    manifest["decoding"] = section
-    manifest["files"]["decoding"] = files
-    for name in files.values():
-        manifest["sha256"][name] = sha256_file(root / name)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    extend_manifest(root, section, files)
     for name in files.values():
         (root / name).chmod(0o644)
     load_fixture(root).decoding()
+
+
+def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, str]) -> None:
+    """Add the `decoding` section, `files.decoding` and the files' sha256 to the manifest in `root`."""
+    from harness.fixture import MANIFEST, sha256_file
+
+    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    manifest["decoding"] = dict(section)
+    manifest["files"]["decoding"] = dict(files)
+    for name in files.values():
+        manifest["sha256"][name] = sha256_file(root / name)
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
 def encode_words(text: str, vocab: Sequence[str]) -> tuple[int, ...]:
