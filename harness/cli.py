@@ -1,4 +1,4 @@
-"""The `parity` command: run, compare, merge, lens, backends, export, check-backend, selftest.
+"""The `parity` command: run, compare, merge, lens, generate, backends, export, check-backend, selftest.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
 User errors are one line on stderr, never a traceback.
@@ -263,6 +263,17 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Greedy generation from one prompt on every backend that decodes, side by side (harness/generate.py)."""
+    from harness.generate import run_generate
+
+    fixture = load_fixture(args.fixture)
+    backends, skipped = select_backends(_parse_backends(args.backends))
+    for line in skipped:
+        print(f"parity: skipped: {line}", file=sys.stderr)
+    return run_generate(fixture, args.prompt, args.steps, backends, _precisions(args.precision), sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parity",
@@ -317,6 +328,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated backends to check against the golden (default: every available "
                            "backend that produces logit_lens taps)")
     lens.set_defaults(func=cmd_lens)
+
+    generate = sub.add_parser("generate", help="greedy generation from a prompt on every backend that decodes, "
+                                               "side by side (exit 1 when they differ)")
+    generate.add_argument("--prompt", required=True, help='words of the vocabulary, e.g. "the cat" (the start '
+                                                          'marker "." is put first when absent)')
+    generate.add_argument("--steps", type=int, default=8, help="words to generate (default: 8)")
+    generate.add_argument("--backends", help="comma-separated backend names (default: every available backend)")
+    generate.add_argument("--precision", choices=["fp32", "fp64", "all"], default="all",
+                          help="which computations to run (default: all)")
+    generate.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    generate.set_defaults(func=cmd_generate)
 
     backends = sub.add_parser("backends", help="list registered backends and whether they can run")
     backends.set_defaults(func=cmd_backends)

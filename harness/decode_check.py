@@ -24,7 +24,7 @@ import numpy as np
 
 from harness.backends.base import Backend, Precision
 from harness.compare import NOT_SUPPORTED, compare_tensors
-from harness.decoding import DecodeOutput, golden_decoding, step_key, top2_margin
+from harness.decoding import DecodeOutput, DecodeRequest, golden_decoding, step_key, top2_margin
 from harness.errors import BackendFailed, ParityError
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def run_decoding(
     report.sequences = {p.name: [*p.tokens, *p.generated] for p in decoding.prompts}
     goldens = {p: golden_decoding(fixture, p) for p in ("fp32", "fp64")}
     for backend in backends:
-        if not _supports(backend, fixture):
+        if not supports(backend, fixture):
             report.not_supported.append(backend.name)
             continue
         for precision in precisions:
@@ -179,7 +179,7 @@ def run_decoding(
     return report
 
 
-def _supports(backend: Backend, fixture: Fixture) -> bool:
+def supports(backend: Backend, fixture: Fixture) -> bool:
     try:
         return bool(backend.supports_decoding(fixture))
     except ParityError:
@@ -190,22 +190,26 @@ def _supports(backend: Backend, fixture: Fixture) -> bool:
 
 
 def _decode(backend: Backend, fixture: Fixture, precision: Precision) -> DecodeOutput:
+    decoding = fixture.decoding()
+    assert decoding is not None
+    return call_decode(backend, fixture, precision, decoding.requests())
+
+
+def call_decode(backend: Backend, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]) -> DecodeOutput:
     """The backend's decoding output, its structure checked; BackendFailed (exit 2) on a crash or a bad shape."""
     try:
-        output = backend.decode(fixture, precision)
+        output = backend.decode(fixture, precision, requests)
     except ParityError:
         raise
     except Exception as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise BackendFailed(f"backend {backend.name!r} ({precision}) crashed while decoding: "
                             f"{type(exc).__name__}: {detail}") from None
-    decoding = fixture.decoding()
-    assert decoding is not None
     if not isinstance(output, dict):
         raise BackendFailed(f"backend {backend.name!r}: decode returned {type(output).__name__}, expected a dict")
-    for prompt in decoding.prompts:
-        if not isinstance(output.get(prompt.name), dict):
-            raise BackendFailed(f"backend {backend.name!r}: decode returned no result for prompt {prompt.name!r}")
+    for req in requests:
+        if not isinstance(output.get(req.name), dict):
+            raise BackendFailed(f"backend {backend.name!r}: decode returned no result for prompt {req.name!r}")
     return output
 
 
