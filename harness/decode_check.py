@@ -195,7 +195,9 @@ def _decode(backend: Backend, fixture: Fixture, precision: Precision) -> DecodeO
     return call_decode(backend, fixture, precision, decoding.requests())
 
 
-def call_decode(backend: Backend, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]) -> DecodeOutput:
+def call_decode(
+    backend: Backend, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]
+) -> DecodeOutput:
     """The backend's decoding output, its structure checked; BackendFailed (exit 2) on a crash or a bad shape."""
     try:
         output = backend.decode(fixture, precision, requests)
@@ -214,7 +216,8 @@ def call_decode(backend: Backend, fixture: Fixture, precision: Precision, reques
 
 
 def compare_decoding(
-    fixture: Fixture, name: str, precision: Precision, golden_tier: Precision, output: DecodeOutput, golden: DecodeOutput
+    fixture: Fixture, name: str, precision: Precision, golden_tier: Precision, output: DecodeOutput,
+    golden: DecodeOutput,
 ) -> list[DecodeCheck]:
     """Every prompt x step x tap of one backend's decoding against one golden tier."""
     decoding = fixture.decoding()

@@ -23,7 +23,8 @@ def _tol(atol: float, rtol: float) -> str:
 
 
 def _words(tokens: Sequence[int], vocab: Sequence[str]) -> str:
-    return " ".join(vocab[t] if 0 <= t < len(vocab) else "?" for t in tokens)
+    """The words of token ids; the id itself where the vocabulary is unknown (a merged report)."""
+    return " ".join(vocab[t] if 0 <= t < len(vocab) else str(t) for t in tokens)
 
 
 def greedy_line(g: GreedyCheck, vocab: Sequence[str]) -> str:
@@ -31,9 +32,9 @@ def greedy_line(g: GreedyCheck, vocab: Sequence[str]) -> str:
     if g.status == "ok":
         return f"{label}  OK    {g.prompt}: {_words(g.actual, vocab)}"
     k = g.first_step if g.first_step is not None else 0
-    got, want = g.actual[k], g.expected[k]
-    what = (f"{g.prompt} differs at {step_name(k)}: {vocab[got] if 0 <= got < len(vocab) else got!r}, "
-            f"golden {vocab[want]!r}, the golden's top-2 logit margin there {_num(g.margin)}")
+    got, want = _words([g.actual[k]], vocab), _words([g.expected[k]], vocab)
+    what = (f"{g.prompt} differs at {step_name(k)}: {got!r}, golden {want!r}, "
+            f"the golden's top-2 logit margin there {_num(g.margin)}")
     if g.status == NEAR_TIE:
         return f"{label}  NEAR-TIE  {what}: the logits agree within tolerance, a near-tie, not a bug"
     return f"{label}  FAIL  {what}: the logits there are out of tolerance"
@@ -44,22 +45,22 @@ def _cell(d: DecodeDivergence, tokens: Sequence[int], vocab: Sequence[str]) -> s
         return ""
     if d.tap == "logits" and len(d.index) == 1:
         v = d.index[0]
-        return f", word {v} ({vocab[v]!r}) {d.index}"
+        return f", word {v} ({_words([v], vocab)!r}) {d.index}"
     if len(d.index) == 3:
         h, t, e = d.index
-        word = f" ({vocab[tokens[t]]!r})" if t < len(tokens) else ""
+        word = f" ({_words([tokens[t]], vocab)!r})" if t < len(tokens) else ""
         return f", head {h}, position {t}{word}, dim {e} {d.index}"
     return f" at {d.index}"
 
 
 def divergence_paragraph(d: DecodeDivergence, tokens: Sequence[int], vocab: Sequence[str]) -> str:
-    """e.g. "typescript fp64 vs fp64 decoding: first divergence at step 1, blocks.1.attn.cache_k, prompt the_cat, ..."."""
+    """e.g. "typescript fp64 vs fp64 decoding: first divergence at step 1, blocks.1.attn.cache_k, ..."."""
     values = f": {d.message}" if d.message else ""
     if not d.message and d.actual is not None and d.expected is not None:
         values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
                   f"(|diff| {_num(d.max_abs)} > {_tol(d.atol, d.rtol)})")
-    before = ("It is the prefill: no step before it." if d.step == 0 else
-              f"The steps before it agree ({'exactly' if d.earlier_max_abs == 0 else 'within ' + _num(d.earlier_max_abs)}).")
+    agree = "exactly" if d.earlier_max_abs == 0 else f"within {_num(d.earlier_max_abs)}"
+    before = "It is the prefill: no step before it." if d.step == 0 else f"The steps before it agree ({agree})."
     return (f"{d.backend} {d.precision} vs {d.golden} decoding: first divergence at {step_name(d.step)}, {d.tap}, "
             f"prompt {d.prompt}{_cell(d, tokens, vocab)}{values}. {before} "
             f"The golden's top-2 logit margin at that step: {_num(d.margin)}.")
@@ -75,8 +76,11 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
     width = max((len(t) for t in dec.taps), default=10)
     for name in dec.prompts:
         seq = dec.sequences.get(name, [])
+        if not seq:
+            continue
         n_prompt = len(seq) - dec.steps - 1
-        lines.append(f"  {name:<20} {_words(seq[:n_prompt], vocab)} | {_words(seq[n_prompt:], vocab)}  (golden, greedy)")
+        prompt, greedy = _words(seq[:n_prompt], vocab), _words(seq[n_prompt:], vocab)
+        lines.append(f"  {name:<20} {prompt} | {greedy}  (golden, greedy)")
     for s in dec.summaries:
         label = f"{s.backend:<22} {s.precision + ' vs ' + s.golden:<12} {s.tap:<{width}}"
         line = f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {_num(s.max_abs)}  max_rel {_num(s.max_rel)}  " \
@@ -136,4 +140,6 @@ def decoding_json(dec: DecodingReport | None) -> dict[str, Any] | None:
         "greedy": [asdict(g) for g in dec.greedy],
         "runs": [asdict(r) for r in dec.runs],
         "not_supported": list(dec.not_supported),
+        "vocab": list(dec.vocab),
+        "sequences": {k: list(v) for k, v in dec.sequences.items()},
     }

@@ -40,7 +40,10 @@ if TYPE_CHECKING:
     from harness.fixture import Fixture
     from reference.config import GPTConfig
 
-GOLDEN_FILES: dict[Precision, str] = {"fp32": "golden.decode.fp32.safetensors", "fp64": "golden.decode.fp64.safetensors"}
+GOLDEN_FILES: dict[Precision, str] = {
+    "fp32": "golden.decode.fp32.safetensors",
+    "fp64": "golden.decode.fp64.safetensors",
+}
 ONNX_FILE = "model.decode.onnx"
 CACHE_LAYOUT = ["H", "T", "d_head"]
 DEFAULT_STEPS = 6
@@ -214,7 +217,9 @@ def steps_to_output(n_layer: int, steps: Sequence[tuple[Any, Sequence[tuple[Any,
 # -- making the goldens (parity export) ------------------------------------------------------------
 
 
-def golden_from_forward(taps: Mapping[str, np.ndarray], n_layer: int, n_prompt: int, steps: int) -> dict[str, np.ndarray]:
+def golden_from_forward(
+    taps: Mapping[str, np.ndarray], n_layer: int, n_prompt: int, steps: int
+) -> dict[str, np.ndarray]:
     """Decoding goldens of one prompt from the full forward's taps over prompt + the N fed tokens."""
     out: dict[str, np.ndarray] = {}
     for k in range(steps + 1):
@@ -281,7 +286,8 @@ def write_decoding_files(
     named = [(name, encode_words(text, vocab), text) for name, text in prompts]
     for name, tokens, _ in named:
         if len(tokens) + steps > config.n_ctx:
-            raise ParityError(f"prompt {name!r}: {len(tokens)} tokens + {steps} steps exceed the context ({config.n_ctx})")
+            raise ParityError(f"prompt {name!r}: {len(tokens)} tokens + {steps} steps exceed the context "
+                              f"({config.n_ctx})")
     say(f"greedy tokens of {len(named)} decoding prompts, {steps} steps")
     found = greedy_prompts(weights, config, named, steps)
     files: dict[str, str] = {}

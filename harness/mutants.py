@@ -7,7 +7,8 @@ loaded as a module and run like the pytorch backend in float32 and float64). Eac
 anchor raises `MutantAnchorError`, so the catalog cannot rot silently when the models change.
 
 For every mutant the catalog states the first tap (dataflow order, REFERENCE.md section 2) where
-it should show (for a decoding mutant: the first decoding step and its first decoding tap), and whether only the fp64 tier (float64 result vs the float64 golden at ~1e-12)
+it should show (for a decoding mutant: the first decoding step and its first decoding tap), and
+whether only the fp64 tier (float64 result vs the float64 golden at ~1e-12)
 should catch it: such a bug stays under the fp32 tolerance (1e-5) in every fp32-tolerance
 comparison. `harness.selftest` runs them all and checks both claims against the fixture.
 """

@@ -45,7 +45,8 @@ Also added in version 1: `decoding`, present when `parity run` attempted the dec
                    "greedy": [ {"backend", "precision", "prompt", "expected", "actual", "status",
                                 "first_step", "margin"} ],   # status "ok", "fail" or "near_tie"
                    "runs": [ {"backend", "precision", "seconds"} ],
-                   "not_supported": [str]}                # backends that do not decode
+                   "not_supported": [str],                # backends that do not decode
+                   "vocab": [str], "sequences": {prompt: [int]}}   # each prompt + the golden's greedy tokens
 
 Step 0 is the prefill; step k >= 1 fed one token. `margin` is the golden's top-2 logit margin at
 that step. A decoding failure (a "fail" result or greedy row) makes `passed` false and the exit code 1;

@@ -33,9 +33,9 @@ from types import ModuleType
 from typing import ClassVar, TextIO
 
 from harness.backends.base import Backend, BackendOutput, Precision
-from harness.decoding import DecodeOutput, DecodeRequest
 from harness.backends.pytorch_backend import reference_decode, reference_taps
 from harness.backends.typescript_backend import TypeScriptBackend
+from harness.decoding import DecodeOutput, DecodeRequest
 from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
 from harness.fixture import Fixture
 from harness.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
@@ -68,7 +68,9 @@ class ReferenceModuleBackend(Backend):
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
 
-    def decode(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None) -> DecodeOutput:
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
         return reference_decode(fixture, precision, requests, self.module.decode)
 
 

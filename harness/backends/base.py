@@ -54,7 +54,9 @@ class Backend:
         """True when `decode` works for this fixture; by default a backend does not decode."""
         return False
 
-    def decode(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None) -> DecodeOutput:
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
         """Prefill and decode step by step: {request name: {"step{k}/{tap}": array}}.
 
         `requests` default to the fixture's decoding prompts, each step fed the golden's token.

@@ -275,7 +275,9 @@ class NumpyBackend(Backend):
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
 
-    def decode(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None) -> DecodeOutput:
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
         """Prefill and decode every request (harness/decoding.py) with the functions above."""
         dtype = DTYPES[precision]
         params = {name: w.astype(dtype) for name, w in fixture.weights().items()}

@@ -38,7 +38,9 @@ class OnnxRuntimeBackend(Backend):
 
         return decode_graph(fixture) is not None
 
-    def decode(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None) -> DecodeOutput:
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
         from harness.decoding import requests_for
         from harness.onnx_decode import ort_decode
 

@@ -15,11 +15,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from harness.decoding import DecodeOutput, DecodeRequest
-
     import numpy as np
     import torch
 
+    from harness.decoding import DecodeOutput, DecodeRequest
     from harness.fixture import Case, Fixture
     from reference.config import GPTConfig
 
@@ -40,7 +39,9 @@ class PyTorchBackend(Backend):
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
 
-    def decode(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None) -> DecodeOutput:
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
         from reference import model
 
         return reference_decode(fixture, precision, requests, model.decode)

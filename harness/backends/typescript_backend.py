@@ -161,7 +161,9 @@ class TypeScriptBackend(Backend):
         """With ts_model/run-decode.ts (model.ts's `decode`, float64)."""
         return (ts_dir() / "run-decode.ts").is_file()
 
-    def decode(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None) -> DecodeOutput:
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
         """`node run-decode.ts FIXTURE REQUESTS.json OUT.safetensors`, read back: {name: {"step{k}/{tap}": array}}."""
         import json
 
