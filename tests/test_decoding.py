@@ -123,7 +123,9 @@ def test_a_differing_greedy_token_is_a_near_tie_when_the_logits_agree(toy: Fixtu
     rows = greedy_checks(toy, "fake", "fp64", output, near, checks=[])
     bad = [r for r in rows if r.status != "ok"]
     assert [(r.prompt, r.status, r.first_step) for r in bad] == [(prompt, NEAR_TIE, step)]
-    assert bad[0].margin == pytest.approx(top2_margin(logits)) and bad[0].margin < 2e-7
+    margin = bad[0].margin
+    assert margin is not None and margin < 2e-7
+    assert margin == pytest.approx(top2_margin(logits))
     # The same differing token where the logits are out of tolerance is a failure.
     failing = DecodeCheck("fake", "fp64", "fp64", prompt, step, "logits", False, 1.0, 1.0, 1e-12, 0.0)
     rows = greedy_checks(toy, "fake", "fp64", output, near, checks=[failing])
@@ -154,12 +156,14 @@ def test_generate_prints_every_backend_side_by_side() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == 'parity generate: prompt ". the cat" (3 tokens), 8 greedy steps'
-    rows = {line.split("  ")[0].strip(): line.split()[2:] for line in lines[2:] if not line.startswith(("decod", "AGREE"))}
+    table = [line for line in lines[2:] if not line.startswith(("decod", "AGREE"))]
+    rows = {line.split("  ")[0].strip(): line.split()[2:] for line in table}
     assert set(rows) == {"pytorch fp32", "pytorch fp64", "numpy fp32", "numpy fp64", "onnxruntime fp32",
                          "typescript fp64"}
     words = next(iter(rows.values()))
     assert len(words) == 8 and all(w == words for w in rows.values())
-    assert lines[-1] == f'AGREE: 6 backend x precision runs continue ". the cat" with the same 8 words: {" ".join(words)}'
+    assert lines[-1] == ('AGREE: 6 backend x precision runs continue ". the cat" with the same 8 words: '
+                         + " ".join(words))
 
 
 def test_generate_exits_1_when_a_port_continues_differently(tmp_path: Path) -> None:
