@@ -28,7 +28,7 @@ def _words(tokens: Sequence[int], vocab: Sequence[str]) -> str:
 
 
 def greedy_line(g: GreedyCheck, vocab: Sequence[str]) -> str:
-    label = f"{g.backend:<22} {g.precision:<12} greedy tokens"
+    label = f"  {g.backend:<22} {g.precision:<12} greedy tokens"
     if g.status == "ok":
         return f"{label}  OK    {g.prompt}: {_words(g.actual, vocab)}"
     k = g.first_step if g.first_step is not None else 0
@@ -80,9 +80,9 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
             continue
         n_prompt = len(seq) - dec.steps - 1
         prompt, greedy = _words(seq[:n_prompt], vocab), _words(seq[n_prompt:], vocab)
-        lines.append(f"  {name:<20} {prompt} | {greedy}  (golden, greedy)")
+        lines.append(f"  {name:<22} {prompt} | {greedy}  (golden, greedy)")
     for s in dec.summaries:
-        label = f"{s.backend:<22} {s.precision + ' vs ' + s.golden:<12} {s.tap:<{width}}"
+        label = f"  {s.backend:<22} {s.precision + ' vs ' + s.golden:<12} {s.tap:<{width}}"
         line = f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {_num(s.max_abs)}  max_rel {_num(s.max_rel)}  " \
                f"({_tol(s.atol, s.rtol)})"
         if not s.passed:
@@ -96,7 +96,7 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
         n = sum(len(g.expected) for g in rows)
         same = sum(a == b for g in rows for a, b in zip(g.actual, g.expected, strict=True))
         if not bad:
-            lines.append(f"{backend:<22} {precision:<12} greedy tokens  OK    {same} of {n} equal the golden's")
+            lines.append(f"  {backend:<22} {precision:<12} greedy tokens  OK    {same} of {n} equal the golden's")
         lines += [greedy_line(g, vocab) for g in bad]
     if dec.not_supported:
         lines.append(f"decoding not supported by: {', '.join(dec.not_supported)}")
