@@ -61,7 +61,7 @@ def divergence_paragraph(d: DecodeDivergence, tokens: Sequence[int], vocab: Sequ
                   f"(|diff| {_num(d.max_abs)} > {_tol(d.atol, d.rtol)})")
     agree = "exactly" if d.earlier_max_abs == 0 else f"within {_num(d.earlier_max_abs)}"
     before = "It is the prefill: no step before it." if d.step == 0 else f"The steps before it agree ({agree})."
-    return (f"{d.backend} {d.precision} vs {d.golden} decoding: first divergence at {step_name(d.step)}, {d.tap}, "
+    return (f"{d.backend} decoding {d.precision}/{d.golden}: first divergence at {step_name(d.step)}, {d.tap}, "
             f"prompt {d.prompt}{_cell(d, tokens, vocab)}{values}. {before} "
             f"The golden's top-2 logit margin at that step: {_num(d.margin)}.")
 
@@ -72,7 +72,7 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
     if not dec.available:
         return ["decoding: not checked: the fixture has no decoding goldens (no files.decoding in its manifest)"]
     lines = [f"decoding: {len(dec.prompts)} prompts, prefill + {dec.steps} steps each, incremental "
-             "(key/value cache [H, T, d_head] per block) against the full forward"]
+             "(key/value cache [H, T, d_head] per block) against the full forward; tiers as computed/golden"]
     width = max((len(t) for t in dec.taps), default=10)
     for name in dec.prompts:
         seq = dec.sequences.get(name, [])
@@ -82,7 +82,7 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
         prompt, greedy = _words(seq[:n_prompt], vocab), _words(seq[n_prompt:], vocab)
         lines.append(f"  {name:<22} {prompt} | {greedy}  (golden, greedy)")
     for s in dec.summaries:
-        label = f"  {s.backend:<22} {s.precision + ' vs ' + s.golden:<12} {s.tap:<{width}}"
+        label = f"  {s.backend:<22} {s.precision + '/' + s.golden:<12} {s.tap:<{width}}"
         line = f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {_num(s.max_abs)}  max_rel {_num(s.max_rel)}  " \
                f"({_tol(s.atol, s.rtol)})"
         if not s.passed:
@@ -119,7 +119,7 @@ def decoding_verdict(dec: DecodingReport | None) -> str:
     """'' when decoding passed or was not checked, else the failing backends and tiers."""
     if dec is None or not dec.n_failed:
         return ""
-    names = sorted({f"{d.backend} {d.precision} vs {d.golden}" for d in dec.divergences}
+    names = sorted({f"{d.backend} {d.precision}/{d.golden}" for d in dec.divergences}
                    | {f"{g.backend} {g.precision} greedy" for g in dec.greedy if g.status == FAIL})
     return f"decoding disagreement in {', '.join(names)}"
 
