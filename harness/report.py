@@ -30,7 +30,8 @@ which `parity merge` uses to refuse reports of different fixtures; and the run s
 (`parity compare`: the outputs were read from the dump file named in `message`, `seconds` is 0).
 
 Also added in version 1: `decoding`, present when `parity run` attempted the decoding check
-(absent in `parity compare` and `parity merge` reports), after the forward fields:
+(absent in `parity compare` reports: dumps hold no decoding; `parity merge` merges it), after the
+forward fields:
 
       "decoding": {"available": bool,                   # false: the fixture has no decoding goldens
                    "steps": int, "prompts": [str], "taps": [str],   # taps: blocks.{i}.attn.cache_k|cache_v, logits
@@ -48,7 +49,7 @@ Also added in version 1: `decoding`, present when `parity run` attempted the dec
                    "not_supported": [str],                # backends that do not decode
                    "vocab": [str], "sequences": {prompt: [int]}}   # each prompt + the golden's greedy tokens
 
-Step 0 is the prefill; step k >= 1 fed one token. `margin` is the golden's top-2 logit margin at
+Step 0 is the prefill; each step k >= 1 feeds one token. `margin` is the golden's top-2 logit margin at
 that step. A decoding failure (a "fail" result or greedy row) makes `passed` false and the exit code 1;
 a near-tie does not.
 

@@ -217,6 +217,10 @@ def block_step(
 def decode_step(params: Params, config: GPTConfig, token: int, cache: Cache) -> tuple[np.ndarray, Cache]:
     """One new token at position T, the cache's length: its logits (V,) and the cache at T + 1."""
     pos = cache[0][0].shape[1]  # T: positions already cached
+    if pos + 1 > config.n_ctx:
+        raise FixtureError(f"position {pos} is past the context ({config.n_ctx})")
+    if not 0 <= token < config.vocab_size:
+        raise FixtureError(f"token id {token} out of range [0, {config.vocab_size})")
     wte = params["wte.weight"]  # (V, d)
     embed = wte[[token]]  # (1, d)
     if config.positions == "learned":
