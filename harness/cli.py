@@ -1,4 +1,5 @@
-"""The `parity` command: run, compare, merge, lens, backends, export, check-backend, selftest, verify-ts, serve.
+"""The `parity` command: run, compare, merge, lens, generate, backends, export, check-backend, selftest,
+verify-ts, serve.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
 User errors are one line on stderr, never a traceback. The exit code is decided here, never by an
@@ -247,6 +248,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.check:
         return check_fixture(Path(args.fixture), progress=_progress, retrain=not args.no_retrain)
+    if args.decoding_only:
+        from harness.decoding import add_decoding
+
+        add_decoding(Path(args.fixture), progress=lambda m: _progress(f"parity export: {m}"))
+        _progress(f"parity export: added the decoding goldens and graph to {args.fixture}")
+        return EXIT_OK
     if args.steps < 1:
         raise ParityError(f"--steps must be a positive number of training steps, got {args.steps} "
                           "(0 or fewer would write an untrained fixture)")
@@ -325,6 +332,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve_forever(Path(args.fixture), args.port)
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Greedy generation from one prompt on every backend that decodes, side by side (harness/generate.py)."""
+    from harness.generate import run_generate
+
+    fixture = load_fixture(args.fixture)
+    backends, skipped = select_backends(_parse_backends(args.backends))
+    for line in skipped:
+        print(f"parity: skipped: {line}", file=sys.stderr)
+    return run_generate(fixture, args.prompt, args.steps, backends, _precisions(args.precision), sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parity",
@@ -383,6 +401,17 @@ def build_parser() -> argparse.ArgumentParser:
                            "backend that produces logit_lens taps)")
     lens.set_defaults(func=cmd_lens)
 
+    generate = sub.add_parser("generate", help="greedy generation from a prompt on every backend that decodes, "
+                                               "side by side (exit 1 when they differ)")
+    generate.add_argument("--prompt", required=True, help='words of the vocabulary, e.g. "the cat" (the start '
+                                                          'marker "." is put first when absent)')
+    generate.add_argument("--steps", type=int, default=8, help="words to generate (default: 8)")
+    generate.add_argument("--backends", help="comma-separated backend names (default: every available backend)")
+    generate.add_argument("--precision", choices=["fp32", "fp64", "all"], default="all",
+                          help="which computations to run (default: all)")
+    generate.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    generate.set_defaults(func=cmd_generate)
+
     backends = sub.add_parser("backends", help="list registered backends and whether they can run")
     backends.set_defaults(func=cmd_backends)
 
@@ -392,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="regenerate into a temporary directory and compare with the committed fixture")
     export.add_argument("--no-retrain", action="store_true",
                         help="with --check: check the golden files, manifest and ONNX graphs, but do not retrain")
+    export.add_argument("--decoding-only", action="store_true",
+                        help="add (or rewrite) only the decoding goldens and model.decode.onnx of an existing "
+                             "fixture; no other file changes, nothing is retrained")
     export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
     export.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
     export.set_defaults(func=cmd_export)

@@ -85,10 +85,11 @@ def make_cases(vocab_size: int, n_ctx: int, seed: int = SEED) -> list[dict[str, 
 
 def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: int,
                   with_onnx: bool | Mapping[OnnxGraph, Path], progress: Progress,
-                  trained_on: dict[str, str] | None = None) -> None:
-    """Write a complete fixture for `weights` (float32, HF names) into `root`.
+                  trained_on: dict[str, str] | None = None, decode_onnx: Path | None = None) -> None:
+    """Write a complete fixture for `weights` (float32, HF names) into `root`, decoding goldens included.
 
-    `with_onnx`: export both graphs (True), none (False), or copy existing files {kind: path}.
+    `with_onnx`: export both graphs (True), none (False), or copy existing files {kind: path}; the
+    decoder-with-past graph is exported with True, else copied from `decode_onnx` when given.
     `trained_on`: the platform the weights were trained on when it is not this one (recorded as
     `provenance.training_platform`); the goldens are always computed here (`provenance.platform`).
     """
@@ -121,6 +122,14 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
         },
         progress=lambda message: progress(f"parity export: {message}"),
     )
+    from harness.decoding import ONNX_FILE, extend_manifest, write_decoding_files
+
+    section, files = write_decoding_files(root, weights, config, VOCAB, onnx=with_onnx is True,
+                                          progress=lambda message: progress(f"parity export: {message}"))
+    if decode_onnx is not None and with_onnx is not True:
+        shutil.copyfile(decode_onnx, root / ONNX_FILE)
+        files["onnx"] = ONNX_FILE
+    extend_manifest(root, section, files)
 
 
 def train_weights(seed: int, steps: int, progress: Progress) -> dict[str, np.ndarray]:
@@ -155,6 +164,8 @@ def _manifest_without_hashes(path: Path) -> dict[str, Any]:
     manifest.pop("manifest_sha256", None)  # the seal hashes the rest, hashes included
     manifest.get("provenance", {}).pop("platform", None)
     manifest.get("provenance", {}).pop("training_platform", None)
+    if isinstance(manifest.get("decoding"), dict):
+        manifest["decoding"].pop("platform", None)  # compared by its own rule (check_goldens)
     return manifest  # type: ignore[no-any-return]
 
 
@@ -188,18 +199,32 @@ def check_goldens(fixture: Fixture, regen: Path, bit_identical: bool, say: Progr
     tensor is judged by the cross-platform rule (harness.platforms), through `compare_tensors`.
     """
     problems: list[str] = []
-    for precision in ("fp32", "fp64"):
-        ours = read_safetensors(regen / f"golden.{precision}.safetensors")
-        theirs = read_safetensors(fixture.golden_path(precision))
+    pairs: list[tuple[str, Path, Path, bool]] = [
+        (precision, regen / f"golden.{precision}.safetensors", fixture.golden_path(precision), bit_identical)
+        for precision in ("fp32", "fp64")
+    ]
+    decoding = fixture.files.get("decoding")
+    if isinstance(decoding, dict) and fixture.decoding() is not None:
+        # made on the platform recorded in the decoding section (they may be added later than the rest)
+        made_on = fixture.manifest["decoding"].get("platform")
+        same = same_platform(made_on, current_platform())
+        say(f"decoding goldens made on: {describe(made_on)}; rule: "
+            f"{'bit-identical' if same else 'cross-platform'}")
+        pairs += [(precision, regen / str(decoding[precision]), fixture.root / str(decoding[precision]), same)
+                  for precision in ("fp32", "fp64")]
+    for precision, ours_path, theirs_path, bit_identical in pairs:
+        label = precision if "decode" not in theirs_path.name else f"decoding {precision}"
+        ours = read_safetensors(ours_path)
+        theirs = read_safetensors(theirs_path)
         if set(ours) != set(theirs):
-            problems.append(f"golden {precision}: keys differ ({len(set(ours) ^ set(theirs))} keys)")
+            problems.append(f"golden {label}: keys differ ({len(set(ours) ^ set(theirs))} keys)")
             continue
         differ = [k for k in sorted(ours) if not np.array_equal(ours[k], theirs[k], equal_nan=True)]
         if bit_identical or not differ:
             status = "bit-identical" if not differ else f"{len(differ)} tensors differ, e.g. {differ[0]!r}"
-            say(f"golden {precision} recomputed from the committed weights: {status}")
+            say(f"golden {label} recomputed from the committed weights: {status}")
             if differ:
-                problems.append(f"golden {precision}: {status}")
+                problems.append(f"golden {label}: {status}")
             continue
         worst_key, worst_abs, worst_allowed, breaking = "", -1.0, 0.0, []
         for key in differ:
@@ -218,11 +243,11 @@ def check_goldens(fixture: Fixture, regen: Path, bit_identical: bool, say: Progr
         status = (f"{len(differ)} of {len(ours)} tensors differ, worst |diff| {worst_abs:.2e} at {worst_key!r} "
                   f"(allowed there {worst_allowed:.2e})")
         if breaking:
-            problems.append(f"golden {precision}: {len(breaking)} tensors break the cross-platform rule, "
+            problems.append(f"golden {label}: {len(breaking)} tensors break the cross-platform rule, "
                             f"e.g. {breaking[0]}")
-            say(f"golden {precision} recomputed from the committed weights: {status}: FAIL")
+            say(f"golden {label} recomputed from the committed weights: {status}: FAIL")
         else:
-            say(f"golden {precision} recomputed from the committed weights: {status}: within the cross-platform rule")
+            say(f"golden {label} recomputed from the committed weights: {status}: within the cross-platform rule")
     return problems
 
 
@@ -258,6 +283,12 @@ def check_fixture(root: Path, progress: Progress = print, retrain: bool = True) 
         # 2. the manifest, apart from hashes and platforms (and the ONNX entries, which this regeneration skips).
         ours_m, theirs_m = _manifest_without_hashes(regen / MANIFEST), _manifest_without_hashes(fixture.manifest_path)
         theirs_m["files"].pop("onnx", None)
+        if isinstance(theirs_m["files"].get("decoding"), dict):
+            theirs_m["files"]["decoding"].pop("onnx", None)
+        if "decoding" not in theirs_m:  # an older fixture without decoding goldens: nothing to compare
+            ours_m.pop("decoding", None)
+            ours_m["files"].pop("decoding", None)
+            say("the fixture has no decoding goldens: not checked")
         if ours_m != theirs_m:
             keys = sorted(k for k in set(ours_m) | set(theirs_m) if ours_m.get(k) != theirs_m.get(k))
             problems.append(f"manifest differs apart from hashes in: {', '.join(keys)}")
@@ -274,6 +305,7 @@ def check_fixture(root: Path, progress: Progress = print, retrain: bool = True) 
 
         for line in check_onnx_against_golden(fixture):
             say(line)
+        problems += _check_decode_graph(fixture, say)
     else:
         problems.append("the fixture lists no ONNX graphs; run `parity export`")
     for p in problems:
@@ -284,6 +316,25 @@ def check_fixture(root: Path, progress: Progress = print, retrain: bool = True) 
     print("parity export --check: OK, the committed fixture is reproducible"
           + ("" if retrain else " (golden files, manifest and ONNX graphs; training not re-run)"))
     return EXIT_OK
+
+
+def _check_decode_graph(fixture: Fixture, say: Progress) -> list[str]:
+    """The committed decoder-with-past graph (onnxruntime) against the float32 decoding goldens."""
+    from harness.decode_check import compare_decoding
+    from harness.decoding import golden_decoding
+    from harness.onnx_decode import decode_graph, ort_decode
+
+    decoding, path = fixture.decoding(), decode_graph(fixture)
+    if decoding is None or path is None:
+        return []
+    output = ort_decode(fixture, decoding.requests())
+    checks = compare_decoding(fixture, "onnxruntime", "fp32", "fp32", output, golden_decoding(fixture, "fp32"))
+    worst = max(checks, key=lambda c: c.max_abs)
+    say(f"{path.name}: {len(checks)} step x tap checks reproduce the decoding goldens fp32, "
+        f"worst {worst.prompt} step {worst.step} {worst.tap} max |diff| {worst.max_abs:.2e}")
+    bad = [c for c in checks if not c.passed]
+    return [f"{path.name} does not reproduce the decoding goldens ({len(bad)} checks, e.g. {bad[0].prompt} "
+            f"step {bad[0].step} {bad[0].tap})"] if bad else []
 
 
 def _check_retraining(committed: dict[str, np.ndarray], seed: int, steps: int, trained_on: object,

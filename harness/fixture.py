@@ -18,7 +18,7 @@ import copy
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from harness.tolerances import default_problems, override_problems
 from reference.config import GPTConfig, param_shapes
 from reference.taps import tap_names as expected_tap_names
 from reference.taps import tap_shape_template
+
+if TYPE_CHECKING:
+    from harness.decoding import Decoding
 
 FORMAT_NAME = "parity-fixture"
 FORMAT_VERSION = 1
@@ -246,6 +249,8 @@ class Fixture:
         names += [self._require(golden, p, str, "files.golden.") for p in PRECISIONS]
         onnx = self.files.get("onnx", {})
         names += [v for v in onnx.values() if isinstance(v, str)] if isinstance(onnx, dict) else []
+        decoding = self.files.get("decoding", {})  # optional (harness/decoding.py)
+        names += [v for v in decoding.values() if isinstance(v, str)] if isinstance(decoding, dict) else []
         return names
 
     def _safe_path(self, name: str) -> Path:
@@ -266,6 +271,14 @@ class Fixture:
         onnx = self.files.get("onnx", {})
         name = onnx.get(kind) if isinstance(onnx, dict) else None
         return self._safe_path(name) if name else None
+
+    def decoding(self) -> Decoding | None:
+        """The optional decoding section (prompts, steps; harness/decoding.py), checked; None if absent."""
+        if not hasattr(self, "_decoding"):
+            from harness.decoding import parse_decoding
+
+            self._decoding = parse_decoding(self)
+        return self._decoding
 
     def case(self, name: str) -> Case:
         for c in self.cases:

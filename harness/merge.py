@@ -2,7 +2,7 @@
 
 Each CI job (one per backend group, per platform) runs `parity run --backends ... --json R.json`
 on the same fixture; one job then merges the files. The merged report holds every input's
-results, tap summaries, first divergences, runs and budget rows, so its verdict and counts are
+results, tap summaries, first divergences, runs, budget rows and decoding checks, so its verdict and counts are
 those of one run of every backend. Refused (exit 2, one line naming the file): a file that is not
 a parity report, a schema version this parity does not read, reports without a fixture id or of
 different fixtures, and two reports holding the same backend x precision.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.budget import GOLDEN_FP32, BudgetRow
 from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
@@ -21,6 +21,9 @@ from harness.errors import ParityError
 from harness.report import SCHEMA_VERSION
 from harness.runner import BackendRun, Report
 from harness.strict_json import StrictJSONError, loads_strict
+
+if TYPE_CHECKING:
+    from harness.decode_check import DecodingReport
 
 T = TypeVar("T")
 
@@ -129,4 +132,46 @@ def merge_reports(paths: list[Path]) -> Report:
     # A backend skipped on one machine but run on another was not skipped by the merged run.
     ran = {run.backend for run in report.runs if run.status != "not_supported"}
     report.skipped = [s for s in report.skipped if not any(s.startswith(f"backend {b!r} ") for b in ran)]
+    report.decoding = _merge_decoding(docs)
     return report
+
+
+def _merge_decoding(docs: list[tuple[Path, dict[str, Any]]]) -> DecodingReport | None:
+    """The decoding sections of the reports (harness/decode_check.py), merged; None when none has one."""
+    from harness.decode_check import (
+        DecodeCheck,
+        DecodeDivergence,
+        DecodeRun,
+        DecodeTapSummary,
+        DecodingReport,
+        GreedyCheck,
+    )
+
+    parts = [(path, doc["decoding"]) for path, doc in docs if isinstance(doc.get("decoding"), dict)]
+    if not parts:
+        return None
+    merged = DecodingReport(available=False)
+    for path, dec in parts:
+        if dec.get("available") and not merged.available:
+            merged.available = True
+            merged.steps = int(dec.get("steps", 0))
+            merged.prompts = [str(p) for p in _list(dec, "prompts", path)]
+            merged.taps = [str(t) for t in _list(dec, "taps", path)]
+            merged.vocab = [str(w) for w in _list(dec, "vocab", path)]
+            sequences = dec.get("sequences", {})
+            merged.sequences = {str(k): [int(t) for t in v] for k, v in sequences.items()} \
+                if isinstance(sequences, dict) else {}
+        merged.checks += [_build(DecodeCheck, r, path, "decoding.results") for r in _list(dec, "results", path)]
+        merged.summaries += [_build(DecodeTapSummary, r, path, "decoding.summaries")
+                             for r in _list(dec, "summaries", path)]
+        merged.divergences += [_build(DecodeDivergence, r, path, "decoding.first_divergence")
+                               for r in _list(dec, "first_divergence", path)]
+        merged.greedy += [_build(GreedyCheck, r, path, "decoding.greedy") for r in _list(dec, "greedy", path)]
+        merged.runs += [_build(DecodeRun, r, path, "decoding.runs") for r in _list(dec, "runs", path)]
+        merged.not_supported += [str(n) for n in _list(dec, "not_supported", path) if n not in merged.not_supported]
+    decoded = {run.backend for run in merged.runs}
+    merged.not_supported = [n for n in merged.not_supported if n not in decoded]
+    for check in merged.checks:  # structural failures were written as null: infinite
+        if check.max_abs is None:
+            check.max_abs = check.max_rel = math.inf
+    return merged

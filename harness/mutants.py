@@ -7,7 +7,8 @@ loaded as a module and run like the pytorch backend in float32 and float64). Eac
 anchor raises `MutantAnchorError`, so the catalog cannot rot silently when the models change.
 
 For every mutant the catalog states the first tap (dataflow order, docs/spec.md, section 2) where
-it should show, and whether only the fp64 tier (float64 result vs the float64 golden at ~1e-12)
+it should show (for a decoding mutant: the first decoding step and its first decoding tap), and
+whether only the fp64 tier (float64 result vs the float64 golden at ~1e-12)
 should catch it: such a bug stays under the fp32 tolerance (1e-5) in every fp32-tolerance
 comparison. `harness.selftest` runs them all and checks both claims against the fixture.
 """
@@ -42,6 +43,9 @@ class Mutant:
     description: str  # one line: the bug
     expected_tap: str  # the first tap, in dataflow order, where it must show
     fp64_only: bool  # True: under 1e-5 everywhere, only the fp64 tier (1e-12) can see it
+    # A decoding mutant (the forward pass is untouched): the first decoding step where it must show
+    # (0 is the prefill), and `expected_tap` is a decoding tap (blocks.{i}.attn.cache_k|cache_v, logits).
+    expected_step: int | None = None
 
     def apply(self, text: str) -> str:
         """The patched text; MutantAnchorError if an anchor is not found exactly once."""
@@ -62,12 +66,14 @@ class Mutant:
         path.write_text(self.apply(path.read_text(encoding="utf-8")), encoding="utf-8")
 
 
-def _ts(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False) -> Mutant:
-    return Mutant(name, "typescript", "model.ts", patches, description, tap, fp64_only)
+def _ts(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False,
+        step: int | None = None) -> Mutant:
+    return Mutant(name, "typescript", "model.ts", patches, description, tap, fp64_only, step)
 
 
-def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False) -> Mutant:
-    return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only)
+def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False,
+        step: int | None = None) -> Mutant:
+    return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only, step)
 
 
 _TS_MASK = "scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;"
@@ -174,6 +180,28 @@ CATALOG: tuple[Mutant, ...] = (
         ("def unembed(", _PY_UNTIED),
         ('    return ln @ params["wte.weight"].T  # (T, V)', '    return ln @ _untied_lm_head(params["wte.weight"]).T'),
     ), "untied output layer: a fresh lm_head instead of wte^T", "logits"),
+    # -- incremental decoding (KV cache): the forward pass is untouched; caught by the decoding check
+    #    at a step (0 = the prefill) and a decoding tap ---------------------------------------------
+    _ts("ts-decode-position-not-offset", (("sinusoidalPositions(pos + 1, d).data.slice(pos * d)",
+                                           "sinusoidalPositions(1, d).data.slice(0)"),),
+        "incremental mode: the new token's position not offset by the cache length (always position 0)",
+        "blocks.0.attn.cache_k", step=1),
+    _ts("ts-decode-cache-appended-after-use", (
+        ("const T = pos + 1; // keys read", "const T = pos; // keys read"),
+        ("keys.data[kj + e]", "cache.k.data[kj + e]"),
+        ("values.data[cacheOffset(h, j, T, H, dh) + e]", "cache.v.data[cacheOffset(h, j, T, H, dh) + e]"),
+    ), "cache appended after use (off by one): the new token's query does not see its own key and value",
+        "blocks.1.attn.cache_k", step=1),
+    _ts("ts-decode-mask-single-query", (("config.causal && j > pos ?", "config.causal && j > 0 ?"),),
+        "mask wrong for a single-token query: the square mask's first row, so it sees key 0 only",
+        "blocks.1.attn.cache_k", step=1),
+    _ts("ts-decode-cache-transposed", (("return (h * T + t) * dh;", "return (t * H + h) * dh;"),),
+        "cache stored positions x heads [T, H, d_head] (transposed), read back consistently: the logits "
+        "agree, the cache does not", "blocks.0.attn.cache_k", step=0),
+    _py("py-decode-position-not-offset", (("sinusoidal_positions(pos + 1, config.d_model, wte.dtype)[pos:]",
+                                           "sinusoidal_positions(1, config.d_model, wte.dtype)"),),
+        "incremental mode: the new token's position not offset by the cache length (always position 0)",
+        "blocks.0.attn.cache_k", step=1),
 )
 
 

@@ -34,6 +34,30 @@ version 1: `fixture_id`, the fixture's content hash (harness/fixture_id.py, docs
 which `parity merge` uses to refuse reports of different fixtures; and the run status "dump"
 (`parity compare`: the outputs were read from the dump file named in `message`, `seconds` is 0).
 
+Also added in version 1: `decoding`, present when `parity run` attempted the decoding check
+(absent in `parity compare` reports: dumps hold no decoding; `parity merge` merges it), after the
+forward fields:
+
+      "decoding": {"available": bool,                   # false: the fixture has no decoding goldens
+                   "steps": int, "prompts": [str], "taps": [str],   # taps: blocks.{i}.attn.cache_k|cache_v, logits
+                   "passed": bool, "counts": {"passed": int, "failed": int, "near_ties": int},
+                   "results": [ {"backend", "precision", "golden", "prompt", "step", "tap", "passed", "max_abs",
+                                 "max_rel", "atol", "rtol", "index", "actual", "expected", "n_bad", "message"} ],
+                   "summaries": [ {"backend", "precision", "golden", "tap", "passed", "n_checks", "n_failed",
+                                   "max_abs", "max_rel", "atol", "rtol", "worst"} ],
+                   "first_divergence": [ {"backend", "precision", "golden", "prompt", "step", "tap", "index",
+                                          "actual", "expected", "max_abs", "atol", "rtol", "message", "margin",
+                                          "earlier_max_abs"} ],
+                   "greedy": [ {"backend", "precision", "prompt", "expected", "actual", "status",
+                                "first_step", "margin"} ],   # status "ok", "fail" or "near_tie"
+                   "runs": [ {"backend", "precision", "seconds"} ],
+                   "not_supported": [str],                # backends that do not decode
+                   "vocab": [str], "sequences": {prompt: [int]}}   # each prompt + the golden's greedy tokens
+
+Step 0 is the prefill; each step k >= 1 feeds one token. `margin` is the golden's top-2 logit margin at
+that step. A decoding failure (a "fail" result or greedy row) makes `passed` false and the exit code 1;
+a near-tie does not.
+
 `status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. Infinite
 errors (structural failures: shape, dtype, NaN, infinity mismatch) are written as null.
 """
@@ -193,6 +217,12 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
         print(file=out)
         for d in report.divergences:
             print(divergence_paragraph(d), file=out)
+    if report.decoding is not None:
+        from harness.decode_report import decoding_lines
+
+        print(file=out)
+        for line in decoding_lines(report.decoding):
+            print(line, file=out)
     if budget:
         print_budget(report, out)
     print(file=out)
@@ -227,13 +257,18 @@ def compared_text(report: Report) -> str:
 
 
 def verdict_line(report: Report) -> str:
+    from harness.decode_report import decoding_verdict
+
     n_ns = sum(1 for r in report.results if r.status == NOT_SUPPORTED)
     counts = f"{report.n_passed} passed, {report.n_failed} failed, {n_ns} not supported"
     if report.n_passed + report.n_failed == 0:
         return f"ERROR: nothing was compared; {counts}"
+    decoding = decoding_verdict(report.decoding)
     if report.n_failed:
         names = ", ".join(sorted({f"{d.backend} {tier_label(d.precision, d.golden)}" for d in report.divergences}))
-        return f"FAIL: disagreement in {names}; {counts} (tap x case checks)"
+        return f"FAIL: disagreement in {names}{'; ' + decoding if decoding else ''}; {counts} (tap x case checks)"
+    if decoding:
+        return f"FAIL: {decoding}; {counts} (tap x case checks)"
     skipped = f"; {len(report.skipped)} registered backend(s) skipped (missing dependencies)" if report.skipped else ""
     verdict = "PASS (LOOSE TOLERANCES)" if report.loose else "PASS"
     return (f"{verdict}: every backend agrees on every tap it was compared on (taps compared: "
@@ -241,6 +276,8 @@ def verdict_line(report: Report) -> str:
 
 
 def report_json(report: Report) -> dict[str, Any]:
+    from harness.decode_report import decoding_json
+
     by_backend: dict[str, list[dict[str, Any]]] = {}
     for d in report.divergences:
         entry = asdict(d)
@@ -268,6 +305,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "loose": report.loose,
         "manifest_sha256": report.tolerances.get("manifest_sha256", ""),
         "taps_compared": {b: {"compared": n, "of": total} for b, (n, total) in report.taps_compared().items()},
+        **({"decoding": decoding_json(report.decoding)} if report.decoding is not None else {}),
     })
 
 

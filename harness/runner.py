@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from harness.fixture import Fixture
 from harness.guard import call_backend, one_line
 from harness.registry import checked_supported_taps
 from reference.taps import tap_shape_template
+
+if TYPE_CHECKING:
+    from harness.decode_check import DecodingReport
 
 
 def tiers_for(precision: Precision) -> list[Precision]:
@@ -64,6 +67,12 @@ class Report:
     fixture_id: str = ""  # the fixture's content hash (harness/fixture_id.py), "" when not computed
     # The taps each (backend, precision) declared: what a dump of its output holds. Not written to JSON.
     supported: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
+    # The decoding check (harness/decode_check.py); None when no decoding was attempted (dumps, merges).
+    decoding: DecodingReport | None = None
+
+    @property
+    def n_decoding_failed(self) -> int:
+        return self.decoding.n_failed if self.decoding is not None else 0
 
     @property
     def n_failed(self) -> int:
@@ -75,7 +84,7 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return self.n_failed == 0 and self.n_passed > 0
+        return self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
 
     def taps_compared(self) -> dict[str, tuple[int, int]]:
         """Per backend (in run order): how many taps were compared in any tier, of the fixture's taps."""
@@ -97,7 +106,7 @@ class Report:
     def exit_code(self) -> int:
         if self.n_passed + self.n_failed == 0:
             return EXIT_BAD_INPUT  # nothing compared at all: never a silent pass
-        return EXIT_DISAGREE if self.n_failed else EXIT_OK
+        return EXIT_DISAGREE if self.n_failed or self.n_decoding_failed else EXIT_OK
 
 
 def validate_output(backend: Backend, fixture: Fixture, output: object, supported: list[str]) -> BackendOutput:
@@ -214,8 +223,13 @@ def run_parity(
     backends: list[Backend],
     precisions: list[Precision] | None = None,
     progress: Progress | None = _stderr,
+    decoding: bool = True,
 ) -> Report:
-    """Run every backend in every requested precision it supports, and compare."""
+    """Run every backend in every requested precision it supports, and compare.
+
+    Then, unless `decoding` is False, the decoding check of every backend that supports it
+    (harness/decode_check.py), when the fixture has decoding goldens.
+    """
     wanted = precisions or list(PRECISIONS)
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary())
     say = progress or (lambda _msg: None)
@@ -231,6 +245,10 @@ def run_parity(
             seconds = time.perf_counter() - start
             report.runs.append(BackendRun(backend.name, precision, seconds, "ran"))
             add_output(report, fixture, backend.name, precision, output, supported)
+    if decoding:
+        from harness.decode_check import run_decoding
+
+        report.decoding = run_decoding(fixture, backends, wanted, say)
     finish_report(report, fixture)
     return report
 

@@ -7,7 +7,8 @@ the patched reference/model.py, computed like the pytorch backend in float32 and
 
 Per mutant: caught (any comparison failed, or the run stopped with an error), the tiers that
 caught it, the first diverging tap reported (the earliest, in dataflow order, over the tiers that
-caught it), whether it is the catalog's expected tap, and whether it was caught only by the fp64
+caught it), whether it is the catalog's expected tap (for a decoding mutant: the first failing
+decoding step and its first tap, the forward pass agreeing), and whether it was caught only by the fp64
 tier (float64 vs the float64 golden fails, every fp32-tolerance comparison passes). Before the
 mutants, a control run checks that the unpatched copies pass. Exit 0 only when the control passes,
 every mutant is caught, at least 90% are localized at their expected tap and at least 3 are
@@ -32,8 +33,9 @@ from types import ModuleType
 from typing import ClassVar, TextIO
 
 from harness.backends.base import Backend, BackendOutput, Precision
-from harness.backends.pytorch_backend import reference_taps
+from harness.backends.pytorch_backend import reference_decode, reference_taps
 from harness.backends.typescript_backend import TypeScriptBackend
+from harness.decoding import DecodeOutput, DecodeRequest
 from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
 from harness.fixture import Fixture
 from harness.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
@@ -62,6 +64,14 @@ class ReferenceModuleBackend(Backend):
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision,
                               self.module.run_with_taps)
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        return True
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        return reference_decode(fixture, precision, requests, self.module.decode)
 
 
 def copy_target(target: Target, dest: Path, mutant: Mutant | None) -> Path:
@@ -131,10 +141,12 @@ class Outcome:
     blind_cases: list[str] = field(default_factory=list)  # fixture cases where no comparison failed
     max_abs: dict[str, float] = field(default_factory=dict)  # tier -> worst finite error over every tap and case
     seconds: float = 0.0
+    expected_step: int | None = None  # a decoding mutant: the decoding step where it must first show
+    first_step: int | None = None  # the first failing decoding step, when the forward pass agreed
 
     @property
     def localized(self) -> bool:
-        return self.first_tap == self.expected_tap
+        return self.first_tap == self.expected_tap and self.first_step == self.expected_step
 
     @property
     def fp64_only(self) -> bool:
@@ -145,8 +157,11 @@ class Outcome:
 def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -> Outcome:
     order = {t: i for i, t in enumerate(fixture.tap_names)}
     out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
-                  seconds=seconds)
+                  seconds=seconds, expected_step=mutant.expected_step)
     failed = {tier_of(r.precision, r.golden) for r in report.results if r.passed is False}
+    decoding = report.decoding
+    if decoding is not None:  # the decoding check's failing tiers count as well
+        failed |= {tier_of(c.precision, c.golden) for c in decoding.checks if not c.passed}
     out.tiers = [t for t in (TIER_FP32, TIER_FP64, TIER_FP64_VS_FP32) if t in failed]
     out.caught = report.exit_code != EXIT_OK
     seen = {r.case for r in report.results if r.passed is False}
@@ -158,6 +173,13 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     if report.divergences:
         first = min(report.divergences, key=lambda d: order[d.tap])
         out.first_tap, out.first_tier = first.tap, tier_of(first.precision, first.golden)
+    elif decoding is not None and decoding.divergences:  # the forward pass agrees: where decoding first breaks
+        taps = {t: i for i, t in enumerate(decoding.taps)}
+        dec = min(decoding.divergences, key=lambda d: (d.step, taps[d.tap]))
+        out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_of(dec.precision, dec.golden)
+    if mutant.expected_step is not None and decoding is not None:  # blind prompts, not blind cases
+        hit = {c.prompt for c in decoding.checks if not c.passed}
+        out.blind_cases = [p for p in decoding.prompts if p not in hit]
     return out
 
 
@@ -226,6 +248,9 @@ def _control_message(report: Report) -> str:
     if report.divergences:
         d = report.divergences[0]
         return f"{tier_of(d.precision, d.golden)} diverges at {d.tap} (max_abs {d.max_abs:.3g})"
+    if report.decoding is not None and report.decoding.divergences:
+        e = report.decoding.divergences[0]
+        return f"{tier_of(e.precision, e.golden)} decoding diverges at step {e.step}, {e.tap} (max_abs {e.max_abs:.3g})"
     return f"exit code {report.exit_code}"
 
 
@@ -254,7 +279,7 @@ def run_selftest(
                 raise  # a rotten catalog is bad input (exit 2), not a caught mutant
             except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
                 outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
-                                  mutant.fp64_only, caught=True, error=str(exc))
+                                  mutant.fp64_only, caught=True, error=str(exc), expected_step=mutant.expected_step)
             else:
                 outcome = classify(mutant, report, fixture, time.perf_counter() - start)
             outcome.seconds = time.perf_counter() - start
@@ -270,8 +295,11 @@ def format_table(result: SelftestResult) -> list[str]:
         tiers = ",".join(o.tiers) if o.tiers else ("error" if o.error else "-")
         if o.fp64_only:
             tiers += " (fp64 only)"
-        rows.append((o.name, "yes" if o.caught else "NO", tiers, o.first_tap or "-", o.expected_tap,
-                     "yes" if o.localized else "NO"))
+        first = o.first_tap or "-"
+        if o.first_step is not None:
+            first = f"step {o.first_step}: {first}"
+        expected = o.expected_tap if o.expected_step is None else f"step {o.expected_step}: {o.expected_tap}"
+        rows.append((o.name, "yes" if o.caught else "NO", tiers, first, expected, "yes" if o.localized else "NO"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

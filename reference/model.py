@@ -6,6 +6,10 @@ set of plain functions over a parameter dictionary keyed by Hugging Face GPT-2 n
 
     sinusoidal_positions, layer_norm, gelu, attention, mlp, block, unembed, forward
 
+and, for incremental decoding from a key/value cache (keys and values [H, T, d_head] per block):
+
+    prefill, attention_step, block_step, decode_step, decode
+
 `GPT` is only the trainable container of those parameters. Every activation ("tap") of
 docs/spec.md (section 2) is recorded under its TransformerLens name when a `taps` dict is passed;
 shapes below are for one sequence of T tokens (a leading batch axis also works, for training).
@@ -234,6 +238,101 @@ def run_with_taps(params: Mapping[str, Tensor], config: GPTConfig, tokens: list[
     with torch.no_grad():
         forward(params, config, torch.tensor(tokens, dtype=torch.int64), taps)
     return {name: t.clone(memory_format=torch.contiguous_format) for name, t in taps.items()}
+
+
+# -- incremental decoding: a key/value cache, one new token per step --------------------------------
+#
+# The cache holds, for every block, the keys and values of every position read so far, each
+# [H, T, d_head] (heads first: the layout attention reads them in). `prefill` fills it from the
+# full forward over the prompt; each `decode_step` adds the token at position T (the cache's
+# length), appends its keys and values, then lets its query read all T + 1 positions.
+
+Cache = list[tuple[Tensor, Tensor]]  # per block: (keys (H, T, dh), values (H, T, dh))
+
+
+def prefill(params: Mapping[str, Tensor], config: GPTConfig, tokens: Tensor) -> tuple[Tensor, Cache]:
+    """The prompt (T,) through the full forward: its last position's logits (V,) and every block's cache."""
+    taps: Taps = {}
+    logits = forward(params, config, tokens, taps)  # (T, V)
+    cache = [
+        (taps[f"blocks.{i}.attn.hook_k"].transpose(-3, -2), taps[f"blocks.{i}.attn.hook_v"].transpose(-3, -2))
+        for i in range(config.n_layer)
+    ]  # (T, H, dh) -> (H, T, dh), keys and values
+    return logits[-1], cache
+
+
+def attention_step(
+    x: Tensor, params: Mapping[str, Tensor], prefix: str, config: GPTConfig, cache_k: Tensor, cache_v: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention of one new position (x: LN1's output, (1, d)) over the cached positions and itself.
+
+    Returns c_proj(z) with its bias (1, d), and the keys and values with the new position appended,
+    (H, T + 1, dh) each: the block's cache after this step.
+    """
+    d, H, dh = config.d_model, config.n_head, config.d_head
+    pos = cache_k.shape[-2]  # the new token's position: T positions are cached before it
+    qkv = x @ params[prefix + "c_attn.weight"] + params[prefix + "c_attn.bias"]  # (1, 3d), Conv1D: x @ W
+    q, k, v = torch.split(qkv, d, dim=-1)  # 3 x (1, d)
+    q_heads = q.reshape(1, H, dh).transpose(0, 1)  # (H, 1, dh)
+    keys = torch.cat([cache_k, k.reshape(1, H, dh).transpose(0, 1)], dim=-2)  # (H, T + 1, dh): appended, then read
+    values = torch.cat([cache_v, v.reshape(1, H, dh).transpose(0, 1)], dim=-2)  # (H, T + 1, dh)
+    step_scores = (q_heads @ keys.transpose(-2, -1)) / math.sqrt(dh)  # (H, 1, T + 1): the query, every key
+    if config.causal:
+        after = torch.arange(pos + 1, device=x.device) > pos  # (T + 1,): keys after the query's position (none)
+        step_scores = step_scores.masked_fill(after, float("-inf"))  # (H, 1, T + 1)
+    weights = torch.softmax(step_scores, dim=-1)  # (H, 1, T + 1): over keys
+    z = (weights @ values).transpose(0, 1).reshape(1, d)  # (1, d): heads side by side
+    out = z @ params[prefix + "c_proj.weight"] + params[prefix + "c_proj.bias"]  # (1, d)
+    return out, keys, values
+
+
+def block_step(
+    x: Tensor, params: Mapping[str, Tensor], i: int, config: GPTConfig, cache_k: Tensor, cache_v: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Block i on one new position (x: (1, d)): the block's output (1, d) and its grown cache."""
+    p = f"h.{i}."
+    ln1 = layer_norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], config.ln_eps, None, "")  # (1, d)
+    attn_out, keys, values = attention_step(ln1, params, p + "attn.", config, cache_k, cache_v)  # (1, d)
+    mid = x + attn_out  # (1, d)
+    ln2 = layer_norm(mid, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, None, "")  # (1, d)
+    return mid + mlp(ln2, params, p + "mlp.", None, ""), keys, values  # (1, d)
+
+
+def decode_step(params: Mapping[str, Tensor], config: GPTConfig, token: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+    """One new token (a (1,) tensor) at position T, the cache's length: its logits (V,) and the cache at T + 1."""
+    pos = cache[0][0].shape[-2]  # T: positions already cached
+    if pos + 1 > config.n_ctx:
+        raise ValueError(f"position {pos} is past the context ({config.n_ctx})")
+    wte = params["wte.weight"]  # (V, d)
+    embed = wte[token]  # (1, d)
+    if config.positions == "learned":
+        pos_embed = params["wpe.weight"][pos : pos + 1]  # (1, d)
+    else:
+        pos_embed = sinusoidal_positions(pos + 1, config.d_model, wte.dtype)[pos:]  # (1, d): position T's row
+    x = embed + pos_embed  # (1, d)
+    grown: Cache = []
+    for i in range(config.n_layer):
+        x, keys, values = block_step(x, params, i, config, *cache[i])  # (1, d)
+        grown.append((keys, values))
+    return unembed(x, params, config, None, "")[0], grown  # (V,)
+
+
+def decode(
+    params: Mapping[str, Tensor], config: GPTConfig, prompt: list[int], steps: int, feed: list[int] | None = None
+) -> list[tuple[Tensor, Cache]]:
+    """Prefill the prompt, then `steps` decode steps: [(logits (V,), cache)] for steps 0 (prefill) .. `steps`.
+
+    Step k (k >= 1) feeds `feed[k - 1]`, or without `feed` the greedy token: the argmax of step
+    k - 1's logits (the first one on a tie). Without autograd; each tensor its own contiguous copy.
+    """
+    with torch.no_grad():
+        logits, cache = prefill(params, config, torch.tensor(prompt, dtype=torch.int64))
+        out = [(logits, cache)]
+        for k in range(steps):
+            token = feed[k] if feed is not None else int(torch.argmax(logits))
+            logits, cache = decode_step(params, config, torch.tensor([token], dtype=torch.int64), cache)
+            out.append((logits, cache))
+    return [(lg.clone(), [(kk.contiguous().clone(), vv.contiguous().clone()) for kk, vv in c]) for lg, c in out]
 
 
 class WeightsError(ValueError):

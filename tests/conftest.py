@@ -80,9 +80,11 @@ def local_toy(tmp_path_factory: pytest.TempPathFactory, toy_dir: Path) -> Path:
     toy = load_fixture(toy_dir)
     root = tmp_path_factory.mktemp("local") / "toy"
     onnx = {kind: path for kind in ("all_taps", "logits") if (path := toy.onnx_path(kind)) is not None}
+    from harness.onnx_decode import decode_graph
+
     write_fixture(root, toy.weights(), int(toy.manifest["provenance"]["seed"]),
                   int(toy.manifest["provenance"]["steps"]), with_onnx=onnx,  # type: ignore[arg-type]
-                  progress=lambda _message: None)
+                  progress=lambda _message: None, decode_onnx=decode_graph(toy))
     return root
 
 

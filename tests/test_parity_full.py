@@ -7,8 +7,12 @@ be, or disagrees on any tap of any case in any tier it computes in.
 from __future__ import annotations
 
 import json
+import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.conftest import REPO, run_cli
 
@@ -35,12 +39,20 @@ def test_every_builtin_backend_is_registered_and_listed_here() -> None:
     assert builtin_backends() == set(BUILTIN_PRECISIONS)
 
 
-def test_full_parity_run_every_builtin_backend_agrees(toy_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "report.json"
+@pytest.fixture(scope="module")
+def full_run(toy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """One `parity run` of every built-in backend: its process and its JSON report."""
+    out = tmp_path_factory.mktemp("full") / "report.json"
     names = ",".join(sorted(BUILTIN_PRECISIONS))
     proc = run_cli("run", "--fixture", str(toy_dir), "--backends", names, "--json", str(out), "-q")
+    return proc, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_full_parity_run_every_builtin_backend_agrees(
+    toy_dir: Path, full_run: tuple[subprocess.CompletedProcess[str], Any]
+) -> None:
+    proc, report = full_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    report = json.loads(out.read_text())
     assert report["passed"] is True
     ran = {(r["backend"], r["precision"]) for r in report["runs"] if r["status"] == "ran"}
     assert ran == {(b, p) for b, ps in BUILTIN_PRECISIONS.items() for p in ps}
@@ -62,3 +74,27 @@ def test_full_parity_run_every_builtin_backend_agrees(toy_dir: Path, tmp_path: P
             assert taps == {t["name"] for t in manifest["taps"]}, backend
     fp64 = [r for r in report["results"] if r["golden"] == "fp64"]
     assert fp64 and max(r["max_abs"] for r in fp64) <= manifest["tolerances"]["fp64"]["atol"]
+
+
+DECODING_BACKENDS = {"pytorch", "numpy", "onnxruntime", "typescript"}
+
+
+def test_full_parity_run_decodes_incrementally_like_the_full_forward(
+    toy_dir: Path, full_run: tuple[subprocess.CompletedProcess[str], Any]
+) -> None:
+    """Every backend that decodes: each step's cache and logits within tolerance, the same greedy tokens."""
+    proc, report = full_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    decoding = report["decoding"]
+    assert decoding["available"] is True and decoding["passed"] is True
+    assert {(r["backend"], r["precision"]) for r in decoding["runs"]} == {
+        (b, p) for b, ps in BUILTIN_PRECISIONS.items() if b in DECODING_BACKENDS for p in ps
+    }
+    assert sorted(decoding["not_supported"]) == sorted(set(BUILTIN_PRECISIONS) - DECODING_BACKENDS)
+    manifest = json.loads((toy_dir / "manifest.json").read_text())["decoding"]
+    n_tiers = sum(1 if p == "fp32" else 2 for b, ps in BUILTIN_PRECISIONS.items() if b in DECODING_BACKENDS
+                  for p in ps)
+    per_tier = len(manifest["prompts"]) * (manifest["steps"] + 1) * len(manifest["taps"])
+    assert decoding["counts"] == {"passed": n_tiers * per_tier, "failed": 0, "near_ties": 0}
+    assert all(g["status"] == "ok" and g["actual"] == g["expected"] for g in decoding["greedy"])
+    assert "decoding not supported by: onnx-reference, onnxruntime-optimized" in proc.stdout

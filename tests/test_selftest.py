@@ -57,6 +57,12 @@ def test_selftest_catches_every_mutant(tmp_path: Path) -> None:
         assert row["fp64_only"] == row["expected_fp64_only"], row
         if row["fp64_only"]:
             assert row["tiers"] == ["fp64/fp64"], row
+    # The decoding mutants: caught by the decoding check alone, at their step and tap.
+    decoding_rows = [r for r in report["mutants"] if r["expected_step"] is not None]
+    assert {r["name"] for r in decoding_rows} >= {"ts-decode-position-not-offset", "ts-decode-cache-appended-after-use",
+                                                  "ts-decode-mask-single-query", "ts-decode-cache-transposed"}
+    for row in decoding_rows:
+        assert row["localized"] and row["first_step"] == row["expected_step"], row
     localized_rows = [r for r in report["mutants"] if r["localized"]]
     assert len(localized_rows) == localized
 
@@ -81,8 +87,11 @@ def test_catalog_shape(fixture: Fixture) -> None:
     names = [m.name for m in CATALOG]
     assert len(names) == len(set(names)) >= 15
     assert sum(m.fp64_only for m in CATALOG) >= 3
+    decoding = fixture.decoding()
+    assert decoding is not None
     for m in CATALOG:
-        assert m.expected_tap in fixture.tap_names, m.name
+        taps = fixture.tap_names if m.expected_step is None else decoding.taps
+        assert m.expected_tap in taps, m.name
         assert m.name.startswith({"typescript": "ts-", "reference": "py-"}[m.target]), m.name
         assert m.description and m.patches
 

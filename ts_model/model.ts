@@ -5,6 +5,10 @@
 //
 //     sinusoidalPositions, layerNorm, gelu, attention, mlp, block, unembed, forward, runWithTaps
 //
+// and, for incremental decoding from a key/value cache (keys and values [H, T, d_head] per block):
+//
+//     prefill, attentionStep, blockStep, decodeStep, decode
+//
 // Parameters are read under their Hugging Face GPT-2 names, float32 in the weights file and
 // upcast to float64 here (`loadParams`). Every activation ("tap") of docs/spec.md (section 2) is
 // recorded under its TransformerLens name, one sequence of T tokens, no batch axis. Tensors are
@@ -412,6 +416,168 @@ export function runWithTaps(params: Params, config: GPTConfig, tokens: readonly 
   const taps: Taps = new Map();
   forward(params, config, tokens, taps);
   return taps;
+}
+
+// -- incremental decoding: a key/value cache, one new token per step (reference/model.py) ----------
+//
+// The cache holds, for every block, the keys and values of every position read so far, each
+// [H, T, d_head] (heads first: the layout attention reads them in). `prefill` fills it from the
+// full forward over the prompt; each `decodeStep` adds the token at position T (the cache's
+// length), appends its keys and values, then lets its query read all T + 1 positions.
+
+/** One block's cache: keys and values [H, T, d_head], T = positions read so far. */
+export interface BlockCache {
+  readonly k: Tensor; // (H, T, dh)
+  readonly v: Tensor; // (H, T, dh)
+}
+
+export type Cache = BlockCache[];
+
+/** What a prefill or a decode step gives: the newest position's logits (V,) and the cache after it. */
+export interface DecodeStepResult {
+  readonly logits: Tensor; // (V,)
+  readonly cache: Cache;
+}
+
+/** Where (head h, position t) starts in a cache tensor of T positions: the layout [H, T, d_head]. */
+function cacheOffset(h: number, t: number, T: number, H: number, dh: number): number {
+  return (h * T + t) * dh;
+}
+
+/** Rows (S, H, dh) appended after the T positions of a cache tensor (H, T, dh): a new (H, T + S, dh). */
+function appendRows(cache: Tensor | null, rows: Tensor, H: number, dh: number): Tensor {
+  const T = cache === null ? 0 : cache.shape[1]!;
+  const S = rows.shape[0]!;
+  const out = zeros(H, T + S, dh); // (H, T + S, dh)
+  for (let h = 0; h < H; h++) {
+    for (let t = 0; t < T + S; t++) {
+      const from = t < T ? cacheOffset(h, t, T, H, dh) : ((t - T) * H + h) * dh;
+      const src = t < T ? cache!.data : rows.data;
+      out.data.set(src.subarray(from, from + dh), cacheOffset(h, t, T + S, H, dh));
+    }
+  }
+  return out;
+}
+
+/** The prompt through the full forward: its last position's logits (V,) and every block's cache. */
+export function prefill(params: Params, config: GPTConfig, tokens: readonly number[]): DecodeStepResult {
+  const taps: Taps = new Map();
+  const logits = forward(params, config, tokens, taps); // (T, V)
+  const H = config.n_head;
+  const dh = dHead(config);
+  const V = config.vocab_size;
+  const cache: Cache = [];
+  for (let i = 0; i < config.n_layer; i++) {
+    const k = appendRows(null, taps.get(`blocks.${i}.attn.hook_k`)!, H, dh); // (T, H, dh) -> (H, T, dh)
+    const v = appendRows(null, taps.get(`blocks.${i}.attn.hook_v`)!, H, dh); // (T, H, dh) -> (H, T, dh)
+    cache.push({ k, v });
+  }
+  return { logits: { shape: [V], data: logits.data.slice((tokens.length - 1) * V) }, cache };
+}
+
+/** Attention of one new position (x: LN1's output, (1, d)) over the cached positions and itself.
+ *  Returns c_proj(z) with its bias (1, d), and the block's cache with the new position appended. */
+export function attentionStep(
+  x: Tensor,
+  params: Params,
+  prefix: string,
+  config: GPTConfig,
+  cache: BlockCache,
+): { readonly out: Tensor; readonly cache: BlockCache } {
+  const d = config.d_model;
+  const H = config.n_head;
+  const dh = dHead(config);
+  const pos = cache.k.shape[1]!; // the new token's position: T positions are cached before it
+  const qkv = linear(x, param(params, prefix + "c_attn.weight"), param(params, prefix + "c_attn.bias")); // (1, 3d)
+  const q = qkv.data.subarray(0, d); // (H, dh): the query, heads side by side
+  const keys = appendRows(cache.k, { shape: [1, H, dh], data: qkv.data.slice(d, 2 * d) }, H, dh); // (H, T + 1, dh)
+  const values = appendRows(cache.v, { shape: [1, H, dh], data: qkv.data.slice(2 * d) }, H, dh); // (H, T + 1, dh)
+  const T = pos + 1; // keys read: the cached positions and the new one, appended before use
+  const z = zeros(1, d); // (1, d): heads side by side
+  for (let h = 0; h < H; h++) {
+    const stepScores = zeros(1, T); // (1, T + 1) of head h: the query against every key
+    for (let j = 0; j < T; j++) {
+      const kj = cacheOffset(h, j, T, H, dh);
+      let dot = 0;
+      for (let e = 0; e < dh; e++) dot += q[h * dh + e] * keys.data[kj + e];
+      // A key after the query's position is masked; none is: the query is the newest position.
+      stepScores.data[j] = config.causal && j > pos ? -Infinity : dot / Math.sqrt(dh);
+    }
+    const weights = softmax(stepScores); // (1, T + 1): over keys
+    for (let e = 0; e < dh; e++) {
+      let acc = 0;
+      for (let j = 0; j < T; j++) acc += weights.data[j] * values.data[cacheOffset(h, j, T, H, dh) + e];
+      z.data[h * dh + e] = acc;
+    }
+  }
+  const out = linear(z, param(params, prefix + "c_proj.weight"), param(params, prefix + "c_proj.bias")); // (1, d)
+  return { out, cache: { k: keys, v: values } };
+}
+
+/** Block i on one new position (x: (1, d)): the block's output (1, d) and its grown cache. */
+export function blockStep(
+  x: Tensor,
+  params: Params,
+  i: number,
+  config: GPTConfig,
+  cache: BlockCache,
+): { readonly out: Tensor; readonly cache: BlockCache } {
+  const p = `h.${i}.`;
+  const ln1 = layerNorm(x, param(params, p + "ln_1.weight"), param(params, p + "ln_1.bias"), config.ln_eps, null, ""); // (1, d)
+  const attn = attentionStep(ln1, params, p + "attn.", config, cache); // (1, d)
+  const mid = add(x, attn.out); // (1, d)
+  const ln2 = layerNorm(mid, param(params, p + "ln_2.weight"), param(params, p + "ln_2.bias"), config.ln_eps, null, ""); // (1, d)
+  return { out: add(mid, mlp(ln2, params, p + "mlp.", null, "")), cache: attn.cache }; // (1, d)
+}
+
+/** One new token at position T, the cache's length: its logits (V,) and the cache at T + 1. */
+export function decodeStep(params: Params, config: GPTConfig, token: number, cache: Cache): DecodeStepResult {
+  const d = config.d_model;
+  const pos = cache[0]!.k.shape[1]!; // T: positions already cached
+  if (pos + 1 > config.n_ctx) throw new Error(`position ${pos} is past the context (${config.n_ctx})`);
+  if (!Number.isInteger(token) || token < 0 || token >= config.vocab_size) {
+    throw new Error(`token id ${token} out of range [0, ${config.vocab_size})`);
+  }
+  const wte = param(params, "wte.weight"); // (V, d)
+  const embed: Tensor = { shape: [1, d], data: wte.data.slice(token * d, (token + 1) * d) }; // (1, d)
+  const posRow =
+    config.positions === "learned"
+      ? param(params, "wpe.weight").data.slice(pos * d, (pos + 1) * d)
+      : sinusoidalPositions(pos + 1, d).data.slice(pos * d); // (1, d): position T's row
+  let x = add(embed, { shape: [1, d], data: posRow }); // (1, d)
+  const grown: Cache = [];
+  for (let i = 0; i < config.n_layer; i++) {
+    const step = blockStep(x, params, i, config, cache[i]!); // (1, d)
+    x = step.out;
+    grown.push(step.cache);
+  }
+  const logits = unembed(x, params, config, null, ""); // (1, V)
+  return { logits: { shape: [config.vocab_size], data: logits.data }, cache: grown };
+}
+
+/** The greedy choice: the index of the largest logit, the first one on a tie (as torch.argmax). */
+export function argmax(logits: Tensor): number {
+  let best = 0;
+  for (let j = 1; j < logits.data.length; j++) if (logits.data[j]! > logits.data[best]!) best = j;
+  return best;
+}
+
+/** Prefill the prompt, then `steps` decode steps: results for steps 0 (prefill) .. `steps`.
+ *  Step k (k >= 1) feeds `feed[k - 1]`, or without `feed` the greedy token of step k - 1. */
+export function decode(
+  params: Params,
+  config: GPTConfig,
+  prompt: readonly number[],
+  steps: number,
+  feed: readonly number[] | null = null,
+): DecodeStepResult[] {
+  const out = [prefill(params, config, prompt)];
+  for (let k = 0; k < steps; k++) {
+    const last = out[out.length - 1]!;
+    const token = feed !== null ? feed[k]! : argmax(last.logits);
+    out.push(decodeStep(params, config, token, last.cache));
+  }
+  return out;
 }
 
 // -- loading parameters (reference/model.py load_weights) ------------------------------------------

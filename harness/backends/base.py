@@ -5,6 +5,12 @@ A backend computes every case of a fixture in one precision and returns
 the manifest's shape and the precision's dtype (float32 for "fp32", float64 for "fp64"). A tap it
 cannot produce is left out of `supported_taps` and reported "not supported", never silently
 missing. Heavy imports (torch, onnxruntime, ...) happen inside `run`, never at import time.
+
+Optionally, a backend decodes incrementally from a key/value cache (harness/decoding.py):
+`supports_decoding(fixture)` returns True and `decode(fixture, precision, requests)` returns
+`{prompt: {"step{k}/{tap}": array}}` for steps 0 (the prefill) .. N, taps
+`blocks.{i}.attn.cache_k|cache_v` [H, T, d_head] and `logits` [V]. A backend without it is
+"not supported" for decoding.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 if TYPE_CHECKING:
     import numpy as np
 
+    from harness.decoding import DecodeOutput, DecodeRequest
     from harness.fixture import Fixture
 
 Precision = Literal["fp32", "fp64"]
@@ -49,4 +56,17 @@ class Backend:
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         """Every case of `fixture` in `precision`: {case: {tap: array}}."""
+        raise NotImplementedError
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        """True when `decode` works for this fixture; by default a backend does not decode."""
+        return False
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        """Prefill and decode step by step: {request name: {"step{k}/{tap}": array}}.
+
+        `requests` default to the fixture's decoding prompts, each step fed the golden's token.
+        """
         raise NotImplementedError

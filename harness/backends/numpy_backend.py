@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from harness.backends.base import Backend, BackendOutput, Precision
+from harness.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
 from harness.errors import FixtureError
 from harness.fixture import Fixture
 from reference.config import GPTConfig
@@ -164,6 +165,89 @@ def forward(params: Params, config: GPTConfig, tokens: list[int]) -> Taps:
     return taps
 
 
+# -- incremental decoding: a key/value cache, keys and values [H, T, d_head] per block ---------------
+
+Cache = list[tuple[np.ndarray, np.ndarray]]  # per block: (keys (H, T, dh), values (H, T, dh))
+
+
+def prefill(params: Params, config: GPTConfig, tokens: list[int]) -> tuple[np.ndarray, Cache]:
+    """The prompt through the full forward: its last position's logits (V,) and every block's cache."""
+    taps = forward(params, config, tokens)
+    cache = [
+        (taps[f"blocks.{i}.attn.hook_k"].transpose(1, 0, 2), taps[f"blocks.{i}.attn.hook_v"].transpose(1, 0, 2))
+        for i in range(config.n_layer)
+    ]  # (T, H, dh) -> (H, T, dh), keys and values
+    return taps["logits"][-1], cache
+
+
+def attention_step(
+    x: np.ndarray, params: Params, prefix: str, config: GPTConfig, cache_k: np.ndarray, cache_v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Attention of one new position (x: (1, d)) over the cached positions and itself; c_proj(z), grown cache."""
+    d, H, dh = config.d_model, config.n_head, config.d_head
+    pos = cache_k.shape[1]  # the new token's position: T positions are cached before it
+    qkv = x @ params[prefix + "c_attn.weight"] + params[prefix + "c_attn.bias"]  # (1, 3d), Conv1D: x @ W
+    q, k, v = qkv[:, :d], qkv[:, d : 2 * d], qkv[:, 2 * d :]  # 3 x (1, d)
+    q_heads = q.reshape(1, H, dh).transpose(1, 0, 2)  # (H, 1, dh)
+    keys = np.concatenate([cache_k, k.reshape(1, H, dh).transpose(1, 0, 2)], axis=1)  # (H, T + 1, dh)
+    values = np.concatenate([cache_v, v.reshape(1, H, dh).transpose(1, 0, 2)], axis=1)  # (H, T + 1, dh)
+    step_scores = (q_heads @ keys.transpose(0, 2, 1)) / x.dtype.type(math.sqrt(dh))  # (H, 1, T + 1)
+    if config.causal:
+        after = np.arange(pos + 1) > pos  # (T + 1,): keys after the query's position (none)
+        step_scores[:, :, after] = -np.inf  # (H, 1, T + 1)
+    weights = softmax(step_scores)  # (H, 1, T + 1): over keys
+    z = (weights @ values).transpose(1, 0, 2).reshape(1, d)  # (1, d): heads side by side
+    out: np.ndarray = z @ params[prefix + "c_proj.weight"] + params[prefix + "c_proj.bias"]  # (1, d)
+    return out, keys, values
+
+
+def block_step(
+    x: np.ndarray, params: Params, i: int, config: GPTConfig, cache_k: np.ndarray, cache_v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Block i on one new position (x: (1, d)): the block's output (1, d) and its grown cache."""
+    p = f"h.{i}."
+    ln1 = layer_norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], config.ln_eps, {}, "")  # (1, d)
+    attn_out, keys, values = attention_step(ln1, params, p + "attn.", config, cache_k, cache_v)  # (1, d)
+    mid = x + attn_out  # (1, d)
+    ln2 = layer_norm(mid, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, {}, "")  # (1, d)
+    out: np.ndarray = mid + mlp(ln2, params, p + "mlp.", {}, "")  # (1, d)
+    return out, keys, values
+
+
+def decode_step(params: Params, config: GPTConfig, token: int, cache: Cache) -> tuple[np.ndarray, Cache]:
+    """One new token at position T, the cache's length: its logits (V,) and the cache at T + 1."""
+    pos = cache[0][0].shape[1]  # T: positions already cached
+    if pos + 1 > config.n_ctx:
+        raise FixtureError(f"position {pos} is past the context ({config.n_ctx})")
+    if not 0 <= token < config.vocab_size:
+        raise FixtureError(f"token id {token} out of range [0, {config.vocab_size})")
+    wte = params["wte.weight"]  # (V, d)
+    embed = wte[[token]]  # (1, d)
+    if config.positions == "learned":
+        pos_embed = params["wpe.weight"][pos : pos + 1]  # (1, d)
+    else:
+        pos_embed = sinusoidal_positions(pos + 1, config.d_model, wte.dtype)[pos:]  # (1, d): position T's row
+    x = embed + pos_embed  # (1, d)
+    grown: Cache = []
+    for i in range(config.n_layer):
+        x, keys, values = block_step(x, params, i, config, *cache[i])  # (1, d)
+        grown.append((keys, values))
+    return unembed(x, params, config, {}, "")[0], grown  # (V,)
+
+
+def decode(
+    params: Params, config: GPTConfig, prompt: list[int], steps: int, feed: list[int] | None = None
+) -> list[tuple[np.ndarray, Cache]]:
+    """Prefill, then `steps` decode steps feeding `feed`, or the greedy token (first argmax) without it."""
+    logits, cache = prefill(params, config, prompt)
+    out = [(logits, cache)]
+    for k in range(steps):
+        token = feed[k] if feed is not None else int(np.argmax(logits))
+        logits, cache = decode_step(params, config, token, cache)
+        out.append((logits, cache))
+    return out
+
+
 class NumpyBackend(Backend):
     """The forward pass above, on every case of a fixture."""
 
@@ -191,3 +275,17 @@ class NumpyBackend(Backend):
             taps = forward(params, config, tokens)
             out[case.name] = {tap: taps[tap] for tap in self.supported_taps(fixture)}
         return out
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        return True
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        """Prefill and decode every request (harness/decoding.py) with the functions above."""
+        dtype = DTYPES[precision]
+        params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
+        return {req.name: steps_to_output(fixture.config.n_layer, decode(
+                    params, fixture.config, list(req.prompt), req.steps,
+                    list(req.feed) if req.feed is not None else None))
+                for req in requests_for(fixture, requests)}

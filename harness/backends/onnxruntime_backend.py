@@ -14,6 +14,7 @@ from harness.errors import BackendFailed
 from harness.onnx_graph import check_onnx_file, expected_outputs, onnx_file, ort_runner, run_cases
 
 if TYPE_CHECKING:
+    from harness.decoding import DecodeOutput, DecodeRequest
     from harness.fixture import Fixture
 
 
@@ -30,3 +31,19 @@ class OnnxRuntimeBackend(Backend):
         path = onnx_file(fixture, "all_taps")
         check_onnx_file(path, fixture, "all_taps")
         return run_cases(fixture, path, expected_outputs(fixture.tap_names, "all_taps"), ort_runner(path))
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx."""
+        from harness.onnx_decode import decode_graph
+
+        return decode_graph(fixture) is not None
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        from harness.decoding import requests_for
+        from harness.onnx_decode import ort_decode
+
+        if precision not in self.precisions:
+            raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
+        return ort_decode(fixture, requests_for(fixture, requests))

@@ -13,10 +13,12 @@ from harness.backends.base import Backend, BackendOutput, Precision
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     import numpy as np
     import torch
 
+    from harness.decoding import DecodeOutput, DecodeRequest
     from harness.fixture import Case, Fixture
     from reference.config import GPTConfig
 
@@ -33,6 +35,37 @@ class PyTorchBackend(Backend):
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision)
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        return True
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        from reference import model
+
+        return reference_decode(fixture, precision, requests, model.decode)
+
+
+def reference_decode(
+    fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None, decode: Callable[..., Any]
+) -> DecodeOutput:
+    """Every request through `decode` (reference.model.decode or a patched copy): {name: {"step{k}/{tap}": array}}."""
+    import torch
+
+    from harness.decoding import requests_for, steps_to_output
+
+    dtype = torch.float32 if precision == "fp32" else torch.float64
+    torch.set_num_threads(1)  # bit-reproducible reductions
+    params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in fixture.weights().items()}
+    out: DecodeOutput = {}
+    for req in requests_for(fixture, requests):
+        steps = decode(params, fixture.config, list(req.prompt), req.steps,
+                       list(req.feed) if req.feed is not None else None)
+        out[req.name] = steps_to_output(fixture.config.n_layer, [
+            (logits.numpy(), [(k.numpy(), v.numpy()) for k, v in cache]) for logits, cache in steps
+        ])
+    return out
 
 
 def reference_taps(

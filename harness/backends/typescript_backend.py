@@ -35,6 +35,7 @@ from harness.settings import seconds_from_env
 if TYPE_CHECKING:
     import numpy as np
 
+    from harness.decoding import DecodeOutput, DecodeRequest
     from harness.fixture import Fixture
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -167,6 +168,40 @@ class TypeScriptBackend(Backend):
             except FixtureError as exc:
                 raise BackendFailed(f"typescript: unreadable output: {exc}") from None
         return self._split(fixture, tensors)
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        """With ts_model/run-decode.ts (model.ts's `decode`, float64)."""
+        return (ts_dir() / "run-decode.ts").is_file()
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        """`node run-decode.ts FIXTURE REQUESTS.json OUT.safetensors`, read back: {name: {"step{k}/{tap}": array}}."""
+        import json
+
+        from harness.decoding import requests_for
+        from harness.fixture import read_safetensors
+
+        if precision != "fp64":
+            raise BackendFailed(f"typescript computes in float64 only, not {precision}")
+        reqs = requests_for(fixture, requests)
+        node, script, timeout = find_node(), ts_dir() / "run-decode.ts", timeout_seconds()
+        with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
+            req_path, out_path = Path(tmp) / "requests.json", Path(tmp) / "decode.safetensors"
+            req_path.write_text(json.dumps([{"name": r.name, "prompt": list(r.prompt), "steps": r.steps,
+                                             "feed": list(r.feed) if r.feed is not None else None} for r in reqs]))
+            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(req_path), str(out_path)]
+            stderr = self._run_node(args, tmp, timeout, script)
+            try:
+                tensors = read_safetensors(out_path)
+            except FixtureError as exc:
+                raise BackendFailed(f"typescript: unreadable decoding output ({_last_line(stderr)}): {exc}") from None
+        out: DecodeOutput = {r.name: {} for r in reqs}
+        for key, value in tensors.items():
+            name, _, rest = key.partition("/")
+            if name in out:
+                out[name][rest] = value
+        return out
 
     @staticmethod
     def _run_node(args: list[str], cwd: str, timeout: float, script: Path) -> str:

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { gelu, layerNorm, paramShapes, parseConfig, runWithTaps, sinusoidalPositions, tapNames } from "../model.ts";
+import { argmax, decode, gelu, layerNorm, paramShapes, parseConfig, runWithTaps, sinusoidalPositions, tapNames } from "../model.ts";
 import type { GPTConfig, Taps, Tensor } from "../model.ts";
 
 const TOY: GPTConfig = {
@@ -71,4 +71,33 @@ test("a forward pass records every tap, in dataflow order, with masked scores at
     const sum = probs.subarray(r * 12, (r + 1) * 12).reduce((a, b) => a + b, 0);
     assert.ok(Math.abs(sum - 1) < 1e-15);
   }
+});
+
+test("decode: each step's logits and cache equal the full forward's, layout [H, T, d_head]", () => {
+  let seed = 12345; // a small LCG: reproducible random weights, no dependency
+  const rand = (): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31 - 0.5) * 0.6;
+  const params = new Map<string, Tensor>();
+  for (const [name, shape] of paramShapes(TOY)) {
+    params.set(name, { shape, data: Float64Array.from({ length: shape.reduce((a, b) => a * b, 1) }, rand) });
+  }
+  const tokens = [0, 1, 4, 7, 1, 6];
+  const steps = decode(params, TOY, tokens.slice(0, 2), 4, tokens.slice(2));
+  const [H, dh, V] = [TOY.n_head, TOY.d_model / TOY.n_head, TOY.vocab_size];
+  steps.forEach((step, k) => {
+    const T = 2 + k;
+    const taps = runWithTaps(params, TOY, tokens.slice(0, T));
+    const logits = taps.get("logits")!.data.subarray((T - 1) * V);
+    step.logits.data.forEach((x, j) => assert.ok(Math.abs(x - logits[j]!) < 1e-12, `step ${k} logit ${j}`));
+    const hookK = taps.get("blocks.1.attn.hook_k")!.data; // (T, H, dh)
+    assert.deepEqual(step.cache[1]!.k.shape, [H, T, dh]);
+    for (let h = 0; h < H; h++) {
+      for (let t = 0; t < T; t++) {
+        for (let e = 0; e < dh; e++) {
+          const got = step.cache[1]!.k.data[(h * T + t) * dh + e]!;
+          assert.ok(Math.abs(got - hookK[(t * H + h) * dh + e]!) < 1e-12, `step ${k} cache_k [${h}, ${t}, ${e}]`);
+        }
+      }
+    }
+  });
+  assert.equal(argmax({ shape: [3], data: Float64Array.from([1, 3, 3]) }), 1); // the first maximum, as torch
 });
