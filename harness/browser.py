@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.backends.typescript_backend import TypeScriptBackend, find_node
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
+from harness.node import find_node, run_node
 from harness.resources import CHECKOUT_DIR
 from harness.settings import seconds_from_env
 
@@ -80,9 +80,9 @@ def run_driver(who: str, args: list[str], cwd: str) -> None:
     timeout = browser_timeout()
     env_timeout = os.environ.get("PARITY_BROWSER_TIMEOUT")
     try:
-        TypeScriptBackend._run_node([node, str(DRIVER), *args], cwd, timeout + GRACE_S, DRIVER)
+        run_node([node, str(DRIVER), *args], cwd, timeout + GRACE_S, DRIVER, who=who)
     except BackendFailed as exc:
-        message = str(exc).removeprefix("typescript: ")
+        message = str(exc).removeprefix(f"{who}: ")
         if "timed out" in message and not env_timeout:
             message += " (set PARITY_BROWSER_TIMEOUT to allow more)"
         raise BackendFailed(f"{who}: {message}") from None

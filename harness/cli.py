@@ -289,7 +289,7 @@ def cmd_verify_ts(args: argparse.Namespace) -> int:
     """The Node-only check (ts_model/verify-forward.mts) run with the Node the typescript backend uses."""
     import subprocess
 
-    from harness.backends.typescript_backend import find_node, timeout_seconds, ts_dir
+    from harness.node import find_node, timeout_seconds, ts_dir
 
     node = find_node()
     script = ts_dir() / "verify-forward.mts"

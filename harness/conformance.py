@@ -30,11 +30,12 @@ import numpy as np
 
 from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
 from harness.errors import ParityError
-from harness.fixture import DTYPES, MANIFEST, Case, Fixture, load_fixture
+from harness.fixture import MANIFEST, Case, Fixture, load_fixture
 from harness.fixture_writer import seal_manifest, write_fixture_files
 from harness.guard import describe_exception, reraise_if_interrupt
 from harness.manifest import SEAL_KEY, manifest_digest
 from harness.onnx_graph import GRAPHS
+from harness.precision import DTYPES
 from harness.registry import checked_missing_dependencies
 from reference.taps import tap_shape
 

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.backends.base import PRECISIONS, Precision
 from harness.errors import FixtureError, ParityError
+from harness.precision import DTYPES, PRECISIONS, Precision
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
@@ -56,7 +56,6 @@ DEFAULT_PROMPTS: tuple[tuple[str, str], ...] = (
 )
 
 DecodeOutput = dict[str, dict[str, np.ndarray]]  # {prompt: {"step{k}/{tap}": array}}
-_DTYPES: dict[Precision, Any] = {"fp32": np.float32, "fp64": np.float64}
 
 
 def decode_tap_names(n_layer: int) -> list[str]:
@@ -168,6 +167,26 @@ def parse_decoding(fixture: Fixture) -> Decoding | None:
     return Decoding(steps, tuple(prompts), tuple(taps))
 
 
+def reference_decode(
+    fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None, decode: Callable[..., Any]
+) -> DecodeOutput:
+    """Every request through `decode` (reference.model.decode or a patched copy): {name: {"step{k}/{tap}": array}}.
+
+    The `pytorch` backend's decoding, the decoding goldens, and the self-test's patched reference.
+    """
+    from reference.run import torch_params
+
+    params = torch_params(fixture.weights(), precision)
+    out: DecodeOutput = {}
+    for req in requests_for(fixture, requests):
+        steps = decode(params, fixture.config, list(req.prompt), req.steps,
+                       list(req.feed) if req.feed is not None else None)
+        out[req.name] = steps_to_output(fixture.config.n_layer, [
+            (logits.numpy(), [(k.numpy(), v.numpy()) for k, v in cache]) for logits, cache in steps
+        ])
+    return out
+
+
 def golden_decoding(fixture: Fixture, precision: Precision) -> DecodeOutput:
     """The decoding goldens of one tier {prompt: {"step{k}/{tap}": array}}: every key, shape, dtype checked, no NaN."""
     from harness.fixture import read_safetensors
@@ -177,7 +196,7 @@ def golden_decoding(fixture: Fixture, precision: Precision) -> DecodeOutput:
         raise FixtureError(f"{fixture.manifest_path}: the fixture has no decoding goldens")
     path = fixture.root / fixture.files["decoding"][precision]
     tensors = read_safetensors(path)
-    dtype = _DTYPES[precision]
+    dtype = DTYPES[precision]
     out: DecodeOutput = {}
     expected_keys: set[str] = set()
     for prompt in decoding.prompts:
@@ -240,8 +259,8 @@ def greedy_prompts(
     FixtureError if the float32 full forward picks another token at any step (a near-tie: choose
     another prompt), so that one token list serves both tiers.
     """
-    from harness.backends.pytorch_backend import reference_taps
     from harness.fixture import Case
+    from reference.run import reference_taps
 
     prompts: list[Prompt] = []
     for name, tokens, text in named:
@@ -278,9 +297,9 @@ def write_decoding_files(
     """
     from safetensors.numpy import save_file
 
-    from harness.backends.pytorch_backend import reference_taps
     from harness.fixture import Case
     from harness.platforms import current_platform
+    from reference.run import reference_taps
 
     say = progress or (lambda _message: None)
     named = [(name, encode_words(text, vocab), text) for name, text in prompts]
@@ -298,7 +317,7 @@ def write_decoding_files(
             seq = (*p.tokens, *p.generated[:steps])
             taps = reference_taps(weights, config, [Case(p.name, seq)], precision)[p.name]
             for key, value in golden_from_forward(taps, config.n_layer, len(p.tokens), steps).items():
-                tensors[f"{p.name}/{key}"] = np.ascontiguousarray(value, dtype=_DTYPES[precision])
+                tensors[f"{p.name}/{key}"] = np.ascontiguousarray(value, dtype=DTYPES[precision])
         save_file(tensors, str(root / GOLDEN_FILES[precision]))
         files[precision] = GOLDEN_FILES[precision]
     if onnx:
@@ -334,8 +353,9 @@ def add_decoding(root: Path, progress: Callable[[str], None] | None = None) -> N
 
 
 def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, str]) -> None:
-    """Add the `decoding` section, `files.decoding` and the files' sha256 to the manifest in `root`."""
+    """Add the `decoding` section, `files.decoding` and the files' sha256 to the manifest in `root`, and re-seal it."""
     from harness.fixture import MANIFEST, sha256_file
+    from harness.fixture_writer import seal_manifest
 
     manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     manifest["decoding"] = dict(section)
@@ -343,6 +363,7 @@ def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, 
     for name in files.values():
         manifest["sha256"][name] = sha256_file(root / name)
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    seal_manifest(root)
 
 
 def encode_words(text: str, vocab: Sequence[str]) -> tuple[int, ...]:

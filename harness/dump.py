@@ -20,10 +20,10 @@ from typing import Any, cast
 import numpy as np
 
 from harness import __version__
-from harness.backends.base import PRECISIONS, BackendOutput, Precision
 from harness.errors import ParityError
 from harness.fixture import Fixture
 from harness.fixture_id import fixture_id
+from harness.precision import PRECISIONS, BackendOutput, Precision
 from harness.runner import BackendRun, Report, add_output, finish_report
 from harness.strict_json import StrictJSONError, loads_strict
 

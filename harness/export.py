@@ -38,9 +38,6 @@ from harness.platforms import (
     training_platform,
 )
 
-FP32_ATOL = 1e-5  # the lesson's gate, see docs/tolerances.md
-FP32_RTOL = 1e-5  # float32 round-off grows with the magnitude (4 ulp at 27.6 measured), docs/tolerances.md
-FP64_ATOL = 1e-12  # measured float64 round-off budget, see docs/tolerances.md
 RETRAIN_LOSS_RTOL = 0.01  # on another platform: held-out loss of retrained vs committed weights, docs/fixtures.md
 SEED = 0
 STEPS = 4000
@@ -95,10 +92,10 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
     """
     import torch
 
-    from harness.backends.pytorch_backend import reference_taps
     from harness.fixture_writer import write_fixture_files
     from reference.config import TOY
     from reference.grammar import VOCAB
+    from reference.run import reference_taps
 
     config = TOY
     cases = [Case(c["name"], tuple(c["tokens"]), c["kind"], c["text"])

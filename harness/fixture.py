@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.backends.base import PRECISIONS, Precision
 from harness.errors import FixtureError
 from harness.manifest import SEAL_KEY, manifest_digest, validate_manifest
+from harness.precision import DTYPES, PRECISIONS, Precision
 from harness.strict_json import StrictJSONError, load_strict
 from harness.tolerances import default_problems, override_problems
 from reference.config import GPTConfig, param_shapes
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 FORMAT_NAME = "parity-fixture"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-DTYPES: dict[Precision, type[np.floating[Any]]] = {"fp32": np.float32, "fp64": np.float64}
 
 
 @dataclass(frozen=True)

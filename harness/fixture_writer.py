@@ -18,10 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.backends.base import PRECISIONS, Precision
-from harness.export import FP32_ATOL, FP32_RTOL, FP64_ATOL
 from harness.fixture import (
-    DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
@@ -32,6 +29,8 @@ from harness.fixture import (
 )
 from harness.manifest import SEAL_KEY, manifest_digest
 from harness.onnx_graph import OnnxGraph
+from harness.precision import DTYPES, PRECISIONS, Precision
+from harness.tolerances import FP32_ATOL, FP32_RTOL, FP64_ATOL
 from reference.config import GPTConfig
 from reference.taps import tap_names, tap_shape_template
 

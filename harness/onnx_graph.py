@@ -18,8 +18,8 @@ import numpy as np
 from harness.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
-    from harness.backends.base import BackendOutput
     from harness.fixture import Fixture
+    from harness.precision import BackendOutput
 
 OnnxGraph = Literal["all_taps", "logits"]
 GRAPHS: tuple[OnnxGraph, ...] = ("all_taps", "logits")

@@ -33,13 +33,13 @@ from types import ModuleType
 from typing import ClassVar, TextIO
 
 from harness.backends.base import Backend, BackendOutput, Precision
-from harness.backends.pytorch_backend import reference_decode, reference_taps
-from harness.backends.typescript_backend import TypeScriptBackend
-from harness.decoding import DecodeOutput, DecodeRequest
+from harness.decoding import DecodeOutput, DecodeRequest, reference_decode
 from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
 from harness.fixture import Fixture
 from harness.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
+from harness.registry import load_backend
 from harness.runner import Report, run_parity
+from reference.run import reference_taps
 
 MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
 MIN_FP64_ONLY = 3  # mutants only the fp64 tier can see
@@ -115,7 +115,7 @@ def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir:
     root = copy_target(target, workdir / label, mutant)
     if target == "typescript":
         with _env("PARITY_TS_DIR", str(root)):
-            return run_parity(fixture, [TypeScriptBackend()], ["fp64"], progress=None)
+            return run_parity(fixture, [load_backend("typescript")], ["fp64"], progress=None)
     module = load_module(root / "model.py", f"_parity_selftest_{label.replace('-', '_')}")
     return run_parity(fixture, [ReferenceModuleBackend(module)], ["fp32", "fp64"], progress=None)
 

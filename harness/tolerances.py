@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.backends.base import Precision
+from harness.precision import Precision
+
+# The defaults `parity export` writes (docs/tolerances.md: the measured budget behind each).
+FP32_ATOL = 1e-5  # the lesson's gate
+FP32_RTOL = 1e-5  # float32 round-off grows with the magnitude (4 ulp at 27.6 measured)
+FP64_ATOL = 1e-12  # measured float64 round-off budget
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from harness.backends.pytorch_backend import reference_taps
-from harness.export import FP32_ATOL, FP64_ATOL
 from harness.fixture import Case
 from harness.fixture_writer import write_fixture_files
+from harness.tolerances import FP32_ATOL, FP64_ATOL
 from reference.config import TOY, GPTConfig
+from reference.run import reference_taps
 
 # T = 1, 5 and 16 (= n_ctx).
 CASES = (

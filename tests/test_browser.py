@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from harness import browser
-from harness.backends.typescript_backend import find_node
 from harness.backends.typescript_browser_backend import TypeScriptBrowserBackend
 from harness.errors import FixtureError
 from harness.mutants import Mutant, by_name
+from harness.node import find_node
 from harness.serve import make_server, routes, serving
 from tests.conftest import REPO, run_cli
 

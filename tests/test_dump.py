@@ -15,10 +15,10 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from harness.backends.typescript_backend import find_node
 from harness.errors import BackendUnavailable
 from harness.fixture import load_fixture
 from harness.fixture_id import canonical_json, fixture_id
+from harness.node import find_node
 from tests.conftest import REPO, edit_manifest, rehash, run_cli
 from tests.test_cli import assert_one_line_error, perturb_weight
 

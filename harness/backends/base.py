@@ -16,17 +16,16 @@ Optionally, a backend decodes incrementally from a key/value cache (harness/deco
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
+
+from harness.precision import PRECISIONS, BackendOutput, Precision
 
 if TYPE_CHECKING:
-    import numpy as np
 
     from harness.decoding import DecodeOutput, DecodeRequest
     from harness.fixture import Fixture
 
-Precision = Literal["fp32", "fp64"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "fp64")
-BackendOutput = dict[str, dict[str, "np.ndarray"]]
+__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "module_available"]
 
 
 def module_available(name: str) -> bool:

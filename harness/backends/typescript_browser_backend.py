@@ -2,6 +2,7 @@
 
 The same model as the `typescript` backend (from `PARITY_TS_DIR` or ts_model/), the same taps,
 float64, but in the engine learners run it in: a real browser, its JavaScript engine, its Math.
+Incremental decoding is not run in the browser: "not supported" (the typescript backend checks it under Node).
 `ts_model/browser/run-browser.mts` does the work (harness/browser.py runs it; docs/browser.md).
 """
 
@@ -10,15 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from harness import browser
-from harness.backends.base import BackendOutput, Precision
-from harness.backends.typescript_backend import TypeScriptBackend, ts_dir
+from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed
+from harness.node import split_by_case, ts_dir
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
 
 
-class TypeScriptBrowserBackend(TypeScriptBackend):
+class TypeScriptBrowserBackend(Backend):
     name: ClassVar[str] = "typescript-browser"
     description: ClassVar[str] = "ts_model/model.ts bundled by esbuild, in headless Chrome (puppeteer-core), float64"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
@@ -34,4 +35,4 @@ class TypeScriptBrowserBackend(TypeScriptBackend):
         if precision != "fp64":
             raise BackendFailed(f"{self.name} computes in float64 only, not {precision}")
         tensors, _ = browser.run_to_file(self.name, "typescript", fixture.root, [])
-        return self._split(fixture, tensors)
+        return split_by_case(fixture, tensors, self.name)
