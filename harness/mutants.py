@@ -79,18 +79,22 @@ def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: 
 _TS_MASK = "scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;"
 _TS_GELU = "out.data[i] = 0.5 * v * (1.0 + erf(v / Math.SQRT2));"
 _TS_ANGLE = "const angle = pos * invFreq[i]; // (T, d/2)"
-_TS_ERF_AS = '''/** Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 (the mutant's erf). */
-function erfAS(x: number): number {
+# The erf polynomial ports often use (Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7), written once:
+# erf(a) ~ 1 - poly(t) * exp(-a^2) with t = 1 / (1 + P * a); the same text is TypeScript and Python.
+_AS_P = "0.3275911"
+_AS_POLY = "((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t"
+_TS_ERF_AS = f'''/** Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 (the mutant's erf). */
+function erfAS(x: number): number {{
   const a = Math.abs(x);
-  const t = 1 / (1 + 0.3275911 * a);
-  const poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t;
+  const t = 1 / (1 + {_AS_P} * a);
+  const poly = {_AS_POLY};
   return Math.sign(x) * (1 - poly * Math.exp(-a * a));
-}
+}}
 
 /** The exact GELU, x * Phi(x)'''
-_PY_ERF_AS = '''    u = (x / math.sqrt(2.0)).abs()  # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7
-    t = 1.0 / (1.0 + 0.3275911 * u)
-    poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
+_PY_ERF_AS = f'''    u = (x / math.sqrt(2.0)).abs()  # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7
+    t = 1.0 / (1.0 + {_AS_P} * u)
+    poly = {_AS_POLY}
     return 0.5 * x * (1.0 + torch.sign(x) * (1.0 - poly * torch.exp(-u * u)))'''
 _PY_UNTIED = '''def _untied_lm_head(wte: Tensor) -> Tensor:
     """A separate output layer, freshly initialized because the checkpoint has no lm_head.weight."""

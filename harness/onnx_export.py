@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.compare import compare_tensors
 from harness.errors import FixtureError
 from harness.onnx_graph import (
     INPUT_NAME,
@@ -169,11 +170,10 @@ def verify_onnx_files(fixture: Fixture) -> list[OnnxTapCheck]:
         results = run_cases(fixture, path, names, ort_runner(path))
         for tap in names:
             tol = tolerances.for_tap(tap)
-            errs = [
-                _compare(results[c.name][tap], golden[c.name][tap], tol.atol, tol.rtol) for c in fixture.cases
-            ]
-            worst = max(e for e, _ in errs)
-            checks.append(OnnxTapCheck(path.name, tap, worst, tol.atol, all(ok for _, ok in errs)))
+            cmps = [compare_tensors(np.asarray(results[c.name][tap]), golden[c.name][tap], tol.atol, tol.rtol)
+                    for c in fixture.cases]
+            worst = max(c.max_abs for c in cmps)
+            checks.append(OnnxTapCheck(path.name, tap, worst, tol.atol, all(c.passed for c in cmps)))
     return checks
 
 
@@ -196,20 +196,3 @@ def check_onnx_against_golden(fixture: Fixture) -> list[str]:
             "regenerate them with `parity export`"
         )
     return lines
-
-
-def _compare(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> tuple[float, bool]:
-    """(max |a - b| over cells finite in b, pass flag under |a - b| <= atol + rtol |b|).
-
-    Different shapes, a NaN in `a`, or infinities that do not line up give (inf, False).
-    """
-    if a.shape != b.shape or np.isnan(a).any():
-        return float("inf"), False
-    finite = np.isfinite(b)
-    if not np.array_equal(a[~finite], b[~finite]):
-        return float("inf"), False
-    diff = np.abs(a[finite].astype(np.float64) - b[finite].astype(np.float64))
-    if diff.size == 0:
-        return 0.0, True
-    ok = bool((diff <= atol + rtol * np.abs(b[finite].astype(np.float64))).all())
-    return float(diff.max()), ok

@@ -188,7 +188,9 @@ class _MLPParams(nn.Module):
         self.c_proj = _Conv1DParams(config.d_mlp, config.d_model)
 
 
-class _BlockParams(nn.Module):
+class BlockParams(nn.Module):
+    """One block's parameters under GPT-2's names (ln_1, attn, ln_2, mlp); reference/params.py counts them."""
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.ln_1 = _LayerNormParams(config.d_model)
@@ -206,7 +208,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
         if config.positions == "learned":
             self.wpe = nn.Embedding(config.n_ctx, config.d_model)
-        self.h = nn.ModuleList(_BlockParams(config) for _ in range(config.n_layer))
+        self.h = nn.ModuleList(BlockParams(config) for _ in range(config.n_layer))
         self.ln_f = _LayerNormParams(config.d_model)
         self.reset_parameters()
 

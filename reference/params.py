@@ -86,10 +86,10 @@ def block_breakdown(config: GPTConfig) -> dict[str, int]:
     """One block of a config, counted from modules: attention, MLP, the two LayerNorms."""
     import torch
 
-    from reference.model import _BlockParams
+    from reference.model import BlockParams
 
     with torch.device("meta"):
-        blk = _BlockParams(config)
+        blk = BlockParams(config)
     counts = {"attention": 0, "mlp": 0, "norms": 0}
     for name, p in blk.named_parameters():
         counts[part_of("h.0." + name)] += p.numel()
