@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from harness.decode_check import FAIL, NEAR_TIE, DecodeDivergence, DecodingReport, GreedyCheck, step_name
+from harness.text import num_text, tier_label, tolerance_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return "inf" if math.isinf(x) else f"{x:.1e}"
-
-
-def _tol(atol: float, rtol: float) -> str:
-    return f"atol {atol:g}, rtol {rtol:g}" if rtol else f"atol {atol:g}"
 
 
 def _words(tokens: Sequence[int], vocab: Sequence[str]) -> str:
@@ -34,7 +24,7 @@ def greedy_line(g: GreedyCheck, vocab: Sequence[str]) -> str:
     k = g.first_step if g.first_step is not None else 0
     got, want = _words([g.actual[k]], vocab), _words([g.expected[k]], vocab)
     what = (f"{g.prompt} differs at {step_name(k)}: {got!r}, golden {want!r}, "
-            f"the golden's top-2 logit margin there {_num(g.margin)}")
+            f"the golden's top-2 logit margin there {num_text(g.margin)}")
     if g.status == NEAR_TIE:
         return f"{label}  NEAR-TIE  {what}: the logits agree within tolerance, a near-tie, not a bug"
     return f"{label}  FAIL  {what}: the logits there are out of tolerance"
@@ -58,12 +48,12 @@ def divergence_paragraph(d: DecodeDivergence, tokens: Sequence[int], vocab: Sequ
     values = f": {d.message}" if d.message else ""
     if not d.message and d.actual is not None and d.expected is not None:
         values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
-                  f"(|diff| {_num(d.max_abs)} > {_tol(d.atol, d.rtol)})")
-    agree = "exactly" if d.earlier_max_abs == 0 else f"within {_num(d.earlier_max_abs)}"
+                  f"(|diff| {num_text(d.max_abs)} > {tolerance_text(d.atol, d.rtol)})")
+    agree = "exactly" if d.earlier_max_abs == 0 else f"within {num_text(d.earlier_max_abs)}"
     before = "It is the prefill: no step before it." if d.step == 0 else f"The steps before it agree ({agree})."
-    return (f"{d.backend} decoding {d.precision}/{d.golden}: first divergence at {step_name(d.step)}, {d.tap}, "
-            f"prompt {d.prompt}{_cell(d, tokens, vocab)}{values}. {before} "
-            f"The golden's top-2 logit margin at that step: {_num(d.margin)}.")
+    return (f"{d.backend} decoding {tier_label(d.precision, d.golden)}: first divergence at {step_name(d.step)}, "
+            f"{d.tap}, prompt {d.prompt}{_cell(d, tokens, vocab)}{values}. {before} "
+            f"The golden's top-2 logit margin at that step: {num_text(d.margin)}.")
 
 
 def decoding_lines(dec: DecodingReport) -> list[str]:
@@ -82,9 +72,9 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
         prompt, greedy = _words(seq[:n_prompt], vocab), _words(seq[n_prompt:], vocab)
         lines.append(f"  {name:<22} {prompt} | {greedy}  (golden, greedy)")
     for s in dec.summaries:
-        label = f"  {s.backend:<22} {s.precision + '/' + s.golden:<12} {s.tap:<{width}}"
-        line = f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {_num(s.max_abs)}  max_rel {_num(s.max_rel)}  " \
-               f"({_tol(s.atol, s.rtol)})"
+        label = f"  {s.backend:<22} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
+        line = (f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {num_text(s.max_abs)}  "
+                f"max_rel {num_text(s.max_rel)}  ({tolerance_text(s.atol, s.rtol)})")
         if not s.passed:
             line += f"  {s.n_failed}/{s.n_checks} prompt x step checks, worst {s.worst}"
         lines.append(line)
@@ -119,7 +109,7 @@ def decoding_verdict(dec: DecodingReport | None) -> str:
     """'' when decoding passed or was not checked, else the failing backends and tiers."""
     if dec is None or not dec.n_failed:
         return ""
-    names = sorted({f"{d.backend} {d.precision}/{d.golden}" for d in dec.divergences}
+    names = sorted({f"{d.backend} {tier_label(d.precision, d.golden)}" for d in dec.divergences}
                    | {f"{g.backend} {g.precision} greedy" for g in dec.greedy if g.status == FAIL})
     return f"decoding disagreement in {', '.join(names)}"
 

@@ -23,10 +23,7 @@ from pathlib import Path
 from harness.compare import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
 from harness.errors import ParityError
 from harness.runner import Report
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
+from harness.text import num_text
 
 
 def classname(backend: str, precision: str, golden: str) -> str:
@@ -36,7 +33,7 @@ def classname(backend: str, precision: str, golden: str) -> str:
 def _failure_line(r: CheckResult) -> str:
     if r.message:
         return f"case {r.case}: {r.message}"
-    return (f"case {r.case}: max_abs {_num(r.max_abs)} > atol {r.atol:g} (rtol {r.rtol:g}) at {r.index}: "
+    return (f"case {r.case}: max_abs {num_text(r.max_abs)} > atol {r.atol:g} (rtol {r.rtol:g}) at {r.index}: "
             f"got {r.actual!r}, expected {r.expected!r}; {r.n_bad} cell(s) out of tolerance")
 
 

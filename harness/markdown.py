@@ -12,14 +12,9 @@ import os
 from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, OK, TapSummary
-from harness.report import divergence_paragraph, loose_line, tier_label, tolerance_text, tolerances_line, verdict_line
+from harness.report import divergence_paragraph, loose_line, tolerances_line, verdict_line
 from harness.runner import Report
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return "inf" if math.isinf(x) else f"{x:.1e}"
+from harness.text import num_text, tier_label, tolerance_text
 
 
 def _used(s: TapSummary) -> float:
@@ -48,7 +43,7 @@ def summary_rows(report: Report) -> list[list[str]]:
         else:
             u = _used(worst)
             worst_tap = f"`{worst.tap}`"
-            worst_err = f"{_num(worst.max_abs)} ({tolerance_text(worst.atol, worst.rtol)})"
+            worst_err = f"{num_text(worst.max_abs)} ({tolerance_text(worst.atol, worst.rtol)})"
             used = "inf" if math.isinf(u) else f"{100 * u:.0f}%" if u < 10 else f"{u:.2g}x"
         rows.append([backend, tier_label(precision, golden), verdict, str(n_ok), str(n_fail),
                      str(len(group) - len(measured)), worst_tap, worst_err, used])

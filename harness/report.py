@@ -72,17 +72,10 @@ from typing import Any, TextIO
 
 from harness.compare import NOT_SUPPORTED, FirstDivergence, TapSummary
 from harness.runner import Report
+from harness.text import num_text, tier_label, tolerance_text
 
 SCHEMA_VERSION = 1
 DUMP = "dump"  # a run's status when its outputs were read from a dump (`parity compare`)
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if math.isinf(x):
-        return "inf"
-    return f"{x:.1e}"
 
 
 def _finite(obj: Any) -> Any:
@@ -96,24 +89,13 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def tier_label(precision: str, golden: str) -> str:
-    return f"{precision} vs {golden}"
-
-
-def tolerance_text(atol: float, rtol: float, rule: bool = False) -> str:
-    """'atol 1e-05', or with an rtol 'atol 1e-05, rtol 1e-05' ('atol 1e-05 + rtol 1e-05 x |expected|')."""
-    if not rtol:
-        return f"atol {atol:g}"
-    return f"atol {atol:g} + rtol {rtol:g} x |expected|" if rule else f"atol {atol:g}, rtol {rtol:g}"
-
-
 def tap_line(s: TapSummary, width: int) -> str:
     label = f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
     if s.status == NOT_SUPPORTED:
         return f"{label}  n/a   not supported"
     verdict = "OK  " if s.passed else "FAIL"
     tol = tolerance_text(s.atol, s.rtol)
-    line = f"{label}  {verdict}  max_abs {_num(s.max_abs)}  max_rel {_num(s.max_rel)}  ({tol})"
+    line = f"{label}  {verdict}  max_abs {num_text(s.max_abs)}  max_rel {num_text(s.max_rel)}  ({tol})"
     if not s.passed:
         line += f"  {s.n_failed}/{s.n_cases} cases, worst {s.worst_case}"
         if s.message:
@@ -138,14 +120,14 @@ def divergence_paragraph(d: FirstDivergence) -> str:
     if d.actual is not None and d.expected is not None and not d.message:
         cells = f"; {d.n_bad} cell{'s' if d.n_bad != 1 else ''} break tolerance" if d.n_bad else ""
         values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
-                  f"(|diff| {_num(d.max_abs)} > {tolerance_text(d.atol, d.rtol, rule=True)}{cells})")
+                  f"(|diff| {num_text(d.max_abs)} > {tolerance_text(d.atol, d.rtol, rule=True)}{cells})")
     elif d.message:
         values = f": {d.message}"
     if d.upstream_taps == 0:
         upstream = "It is the first tap compared: nothing upstream to check."
     else:
         def within(x: float | None) -> str:
-            return "exactly" if x == 0 else f"within {_num(x)}"
+            return "exactly" if x == 0 else f"within {num_text(x)}"
 
         upstream = (f"Upstream agrees: the {d.upstream_taps} tap{'s' if d.upstream_taps != 1 else ''} "
                     f"before it agree {within(d.upstream_max_abs)}")
@@ -203,7 +185,7 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
             for r in report.results:
                 if (r.backend, r.precision, r.golden, r.tap) == (s.backend, s.precision, s.golden, s.tap):
                     mark = "OK  " if r.passed else "FAIL"
-                    print(f"    {r.case:<20} {mark}  max_abs {_num(r.max_abs)}  at {r.index}"
+                    print(f"    {r.case:<20} {mark}  max_abs {num_text(r.max_abs)}  at {r.index}"
                           f"{'  ' + r.message if r.message else ''}", file=out)
     print(file=out)
     for run in report.runs:

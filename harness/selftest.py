@@ -39,15 +39,16 @@ from harness.fixture import Fixture
 from harness.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
 from harness.registry import load_backend
 from harness.runner import Report, run_parity
+from harness.text import tier_key
 from reference.run import reference_taps
 
 MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
 MIN_FP64_ONLY = 3  # mutants only the fp64 tier can see
 
 # Tier labels: "computed precision / golden file".
-TIER_FP32 = "fp32/fp32"
-TIER_FP64 = "fp64/fp64"
-TIER_FP64_VS_FP32 = "fp64/fp32"
+TIER_FP32 = tier_key("fp32", "fp32")
+TIER_FP64 = tier_key("fp64", "fp64")
+TIER_FP64_VS_FP32 = tier_key("fp64", "fp32")
 
 
 class ReferenceModuleBackend(Backend):
@@ -120,10 +121,6 @@ def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir:
     return run_parity(fixture, [ReferenceModuleBackend(module)], ["fp32", "fp64"], progress=None)
 
 
-def tier_of(precision: str, golden: str) -> str:
-    return f"{precision}/{golden}"
-
-
 @dataclass
 class Outcome:
     """What the harness reported for one mutant (or control run)."""
@@ -158,25 +155,25 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     order = {t: i for i, t in enumerate(fixture.tap_names)}
     out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
                   seconds=seconds, expected_step=mutant.expected_step)
-    failed = {tier_of(r.precision, r.golden) for r in report.results if r.passed is False}
+    failed = {tier_key(r.precision, r.golden) for r in report.results if r.passed is False}
     decoding = report.decoding
     if decoding is not None:  # the decoding check's failing tiers count as well
-        failed |= {tier_of(c.precision, c.golden) for c in decoding.checks if not c.passed}
+        failed |= {tier_key(c.precision, c.golden) for c in decoding.checks if not c.passed}
     out.tiers = [t for t in (TIER_FP32, TIER_FP64, TIER_FP64_VS_FP32) if t in failed]
     out.caught = report.exit_code != EXIT_OK
     seen = {r.case for r in report.results if r.passed is False}
     for r in report.results:
         if r.max_abs is not None and math.isfinite(r.max_abs):
-            tier = tier_of(r.precision, r.golden)
+            tier = tier_key(r.precision, r.golden)
             out.max_abs[tier] = max(out.max_abs.get(tier, 0.0), r.max_abs)
     out.blind_cases = [c.name for c in fixture.cases if c.name not in seen]
     if report.divergences:
         first = min(report.divergences, key=lambda d: order[d.tap])
-        out.first_tap, out.first_tier = first.tap, tier_of(first.precision, first.golden)
+        out.first_tap, out.first_tier = first.tap, tier_key(first.precision, first.golden)
     elif decoding is not None and decoding.divergences:  # the forward pass agrees: where decoding first breaks
         taps = {t: i for i, t in enumerate(decoding.taps)}
         dec = min(decoding.divergences, key=lambda d: (d.step, taps[d.tap]))
-        out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_of(dec.precision, dec.golden)
+        out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_key(dec.precision, dec.golden)
     if mutant.expected_step is not None and decoding is not None:  # blind prompts, not blind cases
         hit = {c.prompt for c in decoding.checks if not c.passed}
         out.blind_cases = [p for p in decoding.prompts if p not in hit]
@@ -247,10 +244,11 @@ def _control_message(report: Report) -> str:
         return ""
     if report.divergences:
         d = report.divergences[0]
-        return f"{tier_of(d.precision, d.golden)} diverges at {d.tap} (max_abs {d.max_abs:.3g})"
+        return f"{tier_key(d.precision, d.golden)} diverges at {d.tap} (max_abs {d.max_abs:.3g})"
     if report.decoding is not None and report.decoding.divergences:
         e = report.decoding.divergences[0]
-        return f"{tier_of(e.precision, e.golden)} decoding diverges at step {e.step}, {e.tap} (max_abs {e.max_abs:.3g})"
+        where = f"step {e.step}, {e.tap} (max_abs {e.max_abs:.3g})"
+        return f"{tier_key(e.precision, e.golden)} decoding diverges at {where}"
     return f"exit code {report.exit_code}"
 
 

@@ -48,7 +48,8 @@ def rewrite(src: Path, dst: Path, tensors: dict[str, np.ndarray] | None = None,
 
 
 def table(stdout: str) -> list[str]:
-    return [ln for ln in stdout.splitlines() if " vs " in ln]
+    """The forward table (decoding lines, indented, are not part of a dump)."""
+    return [ln for ln in stdout.splitlines() if " vs " in ln and not ln.startswith("  ")]
 
 
 def test_saved_dumps_compare_to_the_runs_verdict_table_and_counts(
