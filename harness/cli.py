@@ -197,9 +197,20 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from harness.export import check_fixture, export_fixture
 
+    if args.preset == "toy-stress":
+        from harness.stress import write_stress_fixture
+
+        if args.check:
+            raise ParityError("--check does not apply to --preset toy-stress: regenerate it with "
+                              "`parity export --preset toy-stress` (it is derived from the toy, not trained)")
+        toy = Path(args.source) if args.source else default_fixture_dir()
+        dest = Path(args.fixture) if args.fixture else toy.parent / "toy-stress"
+        write_stress_fixture(dest, toy, progress=_progress)
+        return EXIT_OK
+    fixture = Path(args.fixture) if args.fixture else default_fixture_dir()
     if args.check:
-        return check_fixture(Path(args.fixture), progress=_progress, retrain=not args.no_retrain)
-    export_fixture(Path(args.fixture), steps=args.steps, seed=args.seed, progress=_progress)
+        return check_fixture(fixture, progress=_progress, retrain=not args.no_retrain)
+    export_fixture(fixture, steps=args.steps, seed=args.seed, progress=_progress)
     return EXIT_OK
 
 
@@ -316,7 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
     backends.set_defaults(func=cmd_backends)
 
     export = sub.add_parser("export", help="retrain the toy and rewrite the fixture, or --check it")
-    export.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    export.add_argument("--fixture", help="fixture directory (default: fixtures/toy; with --preset toy-stress, "
+                                          "fixtures/toy-stress beside the toy)")
+    export.add_argument("--preset", choices=["toy", "toy-stress"], default="toy",
+                        help="toy: train and write the toy (default); toy-stress: derive the stress fixture "
+                             "from the toy's weights (harness/stress.py)")
+    export.add_argument("--from", dest="source", metavar="DIR",
+                        help="with --preset toy-stress: the toy fixture to derive it from (default: fixtures/toy)")
     export.add_argument("--check", action="store_true",
                         help="regenerate into a temporary directory and compare with the committed fixture")
     export.add_argument("--no-retrain", action="store_true",
