@@ -15,6 +15,7 @@ from harness.backends.base import PRECISIONS, Backend, Precision
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendUnavailable, ParityError
 from harness.fixture import default_fixture_dir, load_fixture
 from harness.registry import backend_entry_points, load_backend
+from harness.resources import stress_fixture_dir
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
@@ -261,7 +262,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
     fixture = load_fixture(args.fixture)
     mutants = by_name(_parse_backends(args.only) if args.only is not None else None)
-    result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress)
+    # The stability mutants are caught on the stress fixture (and must pass on the toy).
+    stress = load_fixture(args.stress_fixture) if any(m.caught_on == "stress" for m in mutants) else None
+    result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress, stress=stress)
     print_selftest(result)
     if args.json:
         write_json(result, Path(args.json))
@@ -354,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     selftest = sub.add_parser("selftest", help="run the catalog of porting bugs (mutants) through the harness")
     selftest.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    selftest.add_argument("--stress-fixture", default=str(stress_fixture_dir()), metavar="DIR",
+                          help="where the stability mutants must be caught (default: fixtures/toy-stress)")
     selftest.add_argument("--only", metavar="NAME,...", help="comma-separated mutant names (default: all)")
     selftest.add_argument("--json", metavar="PATH", help="write the per-mutant outcomes as JSON")
     selftest.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
