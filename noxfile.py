@@ -1,4 +1,5 @@
-"""nox sessions: `parity` (the check), `tests` (the suite), `lint`, `fixtures`, `bench`, `install_check`.
+"""nox sessions: `parity` (the check, on both fixtures), `tests` (the suite), `lint`, `fixtures`, `bench`,
+`install_check`.
 
 Dependencies are declared once, in pyproject.toml's extras; sessions install the project from it.
 nox's virtualenv backend is used on purpose: uv would download a multi-GB CUDA build of torch,
@@ -19,9 +20,14 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def parity(session: nox.Session) -> None:
-    """Run every built-in backend on fixtures/toy and compare every tap; args after -- go to `parity run`."""
+    """Run every built-in backend on fixtures/toy, then on fixtures/toy-stress, and compare every tap.
+
+    Args after -- go to `parity run`; with `--fixture DIR` among them only that fixture is run.
+    """
     session.install("-e", ".[all]")
     session.run("parity", "run", "--no-skip", *session.posargs)
+    if not any(a == "--fixture" or a.startswith("--fixture=") for a in session.posargs):
+        session.run("parity", "run", "--no-skip", "--fixture", "fixtures/toy-stress", *session.posargs)
 
 
 @nox.session
@@ -47,9 +53,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def fixtures(session: nox.Session) -> None:
-    """Retrain the toy and rewrite fixtures/toy (`parity export`); args go to `parity export`."""
+    """Retrain the toy and rewrite fixtures/toy (`parity export`), then derive fixtures/toy-stress from it.
+
+    Args go to `parity export` (the toy's); with `--check` the stress fixture is left alone.
+    """
     session.install("-e", ".[all]")
     session.run("parity", "export", *session.posargs)
+    if "--check" not in session.posargs:
+        session.run("parity", "export", "--preset", "toy-stress")
 
 
 @nox.session(default=False)

@@ -66,7 +66,7 @@ def stress_weights(toy: Mapping[str, np.ndarray], config: GPTConfig) -> dict[str
     return {k: v.astype(np.float32) for k, v in w.items()}
 
 
-def _masked_gap(taps: Mapping[str, np.ndarray], layer: int, d_head: int) -> float:
+def masked_gap(taps: Mapping[str, np.ndarray], layer: int, d_head: int) -> float:
     """Largest (masked score - its row's max unmasked score) of one block: what an additive mask must beat."""
     q, k = taps[f"blocks.{layer}.attn.hook_q"], taps[f"blocks.{layer}.attn.hook_k"]  # (T, H, dh)
     raw = np.einsum("ihe,jhe->hij", q, k) / math.sqrt(d_head)  # (H, T, T) before the mask
@@ -97,7 +97,7 @@ def adversarial_cases(weights: Mapping[str, np.ndarray], config: GPTConfig, voca
     layers = range(config.n_layer)
     measures: list[tuple[str, str, Callable[[Mapping[str, np.ndarray]], float]]] = [
         ("max_mask_gap", "the largest masked score above its row's maximum (block 0)",
-         lambda t: _masked_gap(t, 0, config.d_head)),
+         lambda t: masked_gap(t, 0, config.d_head)),
         ("max_score", "the largest |attention score|",
          lambda t: max(_finite_max_abs(t[f"blocks.{i}.attn.hook_attn_scores"]) for i in layers)),
         ("max_mlp_pre", "the largest |mlp.hook_pre|",
@@ -182,7 +182,9 @@ def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, pro
         golden[precision] = reference_taps(weights, config, cases, precision)
     say(f"the truth: mpmath at {DIGITS} digits, {len(cases)} cases")
     truth = {c.name: truth_taps(weights, config, c.tokens) for c in cases}
-    budget = error_budget(cases, toy.tap_names, golden, truth)
+    # Rounded to 3 digits as recorded in the manifest; the tolerances are derived from the recorded numbers.
+    budget = {tap: {k: float(f"{v:.3g}") for k, v in row.items()}
+              for tap, row in error_budget(cases, toy.tap_names, golden, truth).items()}
     with tempfile.TemporaryDirectory(dir=root.parent if root.parent.exists() else None) as tmp:
         staging = Path(tmp) / "fixture"
         write_fixture_files(
@@ -199,7 +201,7 @@ def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, pro
                 "tolerances": (f"per tap, {BUDGET_FACTOR:g} x the measured error_budget, at least the toy's "
                                "defaults: fp32 from |golden.fp32 - golden.fp64|, fp64 from |golden.fp64 - truth| "
                                f"(mpmath, {DIGITS} digits)"),
-                "error_budget": {tap: {k: float(f"{v:.3g}") for k, v in row.items()} for tap, row in budget.items()},
+                "error_budget": budget,
                 "platform": current_platform(),
             },
             progress=say,
@@ -220,4 +222,4 @@ def is_stress(fixture: Fixture) -> bool:
 
 
 __all__ = ["BUDGET_FACTOR", "MLP_SCALE", "OFFSET", "PRESET", "Q_SCALE", "adversarial_cases", "error_budget",
-           "is_stress", "stress_tolerances", "stress_weights", "write_stress_fixture"]
+           "is_stress", "masked_gap", "stress_tolerances", "stress_weights", "write_stress_fixture"]
