@@ -199,13 +199,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     from harness.export import check_fixture, export_fixture
 
     if args.preset == "toy-stress":
-        from harness.stress import write_stress_fixture
+        from harness.stress import check_stress_fixture, write_stress_fixture
 
-        if args.check:
-            raise ParityError("--check does not apply to --preset toy-stress: regenerate it with "
-                              "`parity export --preset toy-stress` (it is derived from the toy, not trained)")
         toy = Path(args.source) if args.source else default_fixture_dir()
         dest = Path(args.fixture) if args.fixture else toy.parent / "toy-stress"
+        if args.check:
+            return check_stress_fixture(dest, toy, progress=_progress)
         write_stress_fixture(dest, toy, progress=_progress)
         return EXIT_OK
     fixture = Path(args.fixture) if args.fixture else default_fixture_dir()

@@ -215,11 +215,70 @@ def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, pro
     say(f"wrote {root} in {time.perf_counter() - start:.1f} s")
 
 
+def check_stress_fixture(root: Path, toy_root: Path, progress: Progress = print) -> int:
+    """`parity export --check --preset toy-stress`: regenerate into a temporary directory and compare.
+
+    The weights and cases must be identical (plain float64 arithmetic, rounded once: the same on
+    every platform). The goldens bit for bit on the platform that made them; on another, within
+    the fixture's own tolerances (its float64 errors are ~1e-9 on q, scores and logits, far above
+    the toy's 64-epsilon cross-platform rule, which is why the tolerances were measured). The
+    tolerances identical on that platform, within a factor 2 elsewhere; the ONNX graphs must
+    reproduce the golden fp32 within them. Exit 0 when everything holds, 1 otherwise.
+    """
+    from harness.compare import compare_tensors
+    from harness.errors import EXIT_DISAGREE, EXIT_OK, FixtureError
+    from harness.onnx_export import check_onnx_against_golden
+    from harness.platforms import current_platform, describe, same_platform
+
+    def say(message: str) -> None:
+        progress(f"parity export --check --preset {PRESET}: {message}")
+
+    fixture = load_fixture(root)
+    if not is_stress(fixture):
+        raise FixtureError(f"{fixture.manifest_path}: not a {PRESET} fixture (provenance.preset is not {PRESET!r})")
+    recorded = fixture.manifest["provenance"].get("platform")
+    same = same_platform(recorded, current_platform())
+    say(f"goldens made on: {describe(recorded)}")
+    say("rule: bit-identical (this is the platform that made them)" if same else
+        "rule: made on another platform: goldens within the fixture's tolerances, tolerances within 2x")
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        write_stress_fixture(Path(tmp) / "stress", toy_root, with_onnx=False, progress=lambda _m: None)
+        regen = load_fixture(Path(tmp) / "stress")
+        if any(not np.array_equal(regen.weights()[k], v) for k, v in fixture.weights().items()):
+            problems.append("weights differ from the toy's transformed")
+        if regen.cases != fixture.cases:
+            problems.append("cases differ (the adversarial search chose other sequences)")
+        for precision in ("fp32", "fp64"):
+            ours, theirs, tol = regen.golden(precision), fixture.golden(precision), fixture.tolerances[precision]
+            bad = [f"{c.name}/{tap}" for c in fixture.cases if c.name in ours for tap in fixture.tap_names
+                   if not (np.array_equal(ours[c.name][tap], theirs[c.name][tap]) if same else
+                           compare_tensors(ours[c.name][tap], theirs[c.name][tap], tol.for_tap(tap).atol,
+                                           tol.for_tap(tap).rtol).passed)]
+            say(f"golden {precision}: {'reproduced' if not bad else f'{len(bad)} tensors differ, e.g. {bad[0]!r}'}")
+            problems += [f"golden {precision}: {len(bad)} tensors differ, e.g. {bad[0]!r}"] if bad else []
+            for tap in fixture.tap_names:
+                a, b = regen.tolerances[precision].for_tap(tap).atol, tol.for_tap(tap).atol
+                if (a != b) if same else not b / 2 <= a <= 2 * b:
+                    problems.append(f"tolerance {precision} {tap}: measured {a:g} here, {b:g} in the manifest")
+    for line in check_onnx_against_golden(fixture):
+        say(line)
+    for problem in problems:
+        print(f"parity export --check --preset {PRESET}: FAIL: {problem}")
+    if problems:
+        print(f"parity export --check --preset {PRESET}: the stress fixture is stale; regenerate it with "
+              "`nox -s fixtures`")
+        return EXIT_DISAGREE
+    print(f"parity export --check --preset {PRESET}: OK, the stress fixture is reproducible")
+    return EXIT_OK
+
+
 def is_stress(fixture: Fixture) -> bool:
     """Whether a fixture was made by this preset."""
     prov = fixture.manifest.get("provenance")
     return isinstance(prov, dict) and prov.get("preset") == PRESET
 
 
-__all__ = ["BUDGET_FACTOR", "MLP_SCALE", "OFFSET", "PRESET", "Q_SCALE", "adversarial_cases", "error_budget",
+__all__ = ["BUDGET_FACTOR", "MLP_SCALE", "OFFSET", "PRESET", "Q_SCALE", "adversarial_cases", "check_stress_fixture",
+           "error_budget",
            "is_stress", "masked_gap", "stress_tolerances", "stress_weights", "write_stress_fixture"]
