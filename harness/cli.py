@@ -208,6 +208,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         write_stress_fixture(dest, toy, progress=_progress)
         return EXIT_OK
     fixture = Path(args.fixture) if args.fixture else default_fixture_dir()
+    if (fixture / "manifest.json").is_file():
+        from harness.stress import PRESET, is_stress
+
+        if is_stress(load_fixture(fixture)):  # never retrain the toy over the stress fixture
+            raise ParityError(f"{fixture} was made by `parity export --preset {PRESET}`: pass --preset {PRESET}")
     if args.check:
         return check_fixture(fixture, progress=_progress, retrain=not args.no_retrain)
     export_fixture(fixture, steps=args.steps, seed=args.seed, progress=_progress)

@@ -157,3 +157,12 @@ def test_check_on_another_platform_uses_the_tolerances_and_finds_a_stale_one(
     assert "golden fp32: reproduced" in out and "golden fp64: reproduced" in out
     fails = [line for line in out.splitlines() if "FAIL" in line]
     assert len(fails) == 1 and "tolerance fp64 logits" in fails[0], fails
+
+
+def test_export_without_the_preset_refuses_the_stress_fixture() -> None:
+    """`parity export --fixture fixtures/toy-stress` would retrain the toy over it: exit 2, one line."""
+    from tests.conftest import run_cli
+
+    proc = run_cli("export", "--check", "--no-retrain", "--fixture", str(STRESS))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "made by `parity export --preset toy-stress`: pass --preset toy-stress" in proc.stderr
