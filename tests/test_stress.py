@@ -30,7 +30,7 @@ from harness.stress import (
     stress_tolerances,
     stress_weights,
 )
-from tests.conftest import REPO, edit_manifest
+from tests.conftest import REPO, edit_manifest, run_cli
 
 STRESS = REPO / "fixtures" / "toy-stress"
 
@@ -161,8 +161,6 @@ def test_check_on_another_platform_uses_the_tolerances_and_finds_a_stale_one(
 
 def test_export_without_the_preset_refuses_the_stress_fixture() -> None:
     """`parity export --fixture fixtures/toy-stress` would retrain the toy over it: exit 2, one line."""
-    from tests.conftest import run_cli
-
     proc = run_cli("export", "--check", "--no-retrain", "--fixture", str(STRESS))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "made by `parity export --preset toy-stress`: pass --preset toy-stress" in proc.stderr
