@@ -22,12 +22,36 @@ nox.options.reuse_existing_virtualenvs = True
 def parity(session: nox.Session) -> None:
     """Run every built-in backend on fixtures/toy, then on fixtures/toy-stress, and compare every tap.
 
-    Args after -- go to `parity run`; with `--fixture DIR` among them only that fixture is run.
+    Args after -- go to `parity run`; with `--fixture DIR` among them only that fixture is run. The
+    stress run writes its reports beside the toy's, tagged: `--json r.json` gives r.json and r.toy-stress.json.
     """
     session.install("-e", ".[all]")
     session.run("parity", "run", "--no-skip", *session.posargs)
     if not any(a == "--fixture" or a.startswith("--fixture=") for a in session.posargs):
-        session.run("parity", "run", "--no-skip", "--fixture", "fixtures/toy-stress", *session.posargs)
+        session.run("parity", "run", "--no-skip", "--fixture", "fixtures/toy-stress",
+                    *_report_paths_for(session.posargs, "toy-stress"))
+
+
+_REPORT_OPTIONS = ("--json", "--junit", "--markdown", "--plot", "--save-outputs")
+
+
+def _report_paths_for(args: list[str], tag: str) -> list[str]:
+    """`parity run` args with every report path renamed NAME.EXT -> NAME.TAG.EXT: one report per fixture."""
+
+    def rename(path: str) -> str:
+        p = Path(path)
+        return str(p.with_name(f"{p.stem}.{tag}{p.suffix}"))
+
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if eq and key in _REPORT_OPTIONS:
+            out.append(f"{key}={rename(value)}")
+        elif i > 0 and args[i - 1] in _REPORT_OPTIONS:
+            out.append(rename(arg))
+        else:
+            out.append(arg)
+    return out
 
 
 @nox.session
