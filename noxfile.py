@@ -1,4 +1,5 @@
-"""nox sessions: `parity` (the check), `tests` (the suite), `lint`, `fixtures`, `bench`, `install_check`.
+"""nox sessions: `parity` (the check, on both fixtures), `tests` (the suite), `lint`, `fixtures`, `bench`,
+`install_check`.
 
 Dependencies are declared once, in pyproject.toml's extras; sessions install the project from it.
 nox's virtualenv backend is used on purpose: uv would download a multi-GB CUDA build of torch,
@@ -19,10 +20,39 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def parity(session: nox.Session) -> None:
-    """Run every built-in backend on fixtures/toy and compare every tap; args after -- go to `parity run`."""
+    """Run every built-in backend on fixtures/toy, then on fixtures/toy-stress, and compare every tap.
+
+    Args after -- go to `parity run`; with `--fixture DIR` among them only that fixture is run. The
+    stress run writes its reports beside the toy's, tagged: `--json r.json` gives r.json and r.toy-stress.json.
+    """
     session.install("-e", ".[all]")
     session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
     session.run("parity", "run", "--no-skip", *session.posargs)
+    if not any(a == "--fixture" or a.startswith("--fixture=") for a in session.posargs):
+        session.run("parity", "run", "--no-skip", "--fixture", "fixtures/toy-stress",
+                    *_report_paths_for(session.posargs, "toy-stress"))
+
+
+_REPORT_OPTIONS = ("--json", "--junit", "--markdown", "--plot", "--save-outputs")
+
+
+def _report_paths_for(args: list[str], tag: str) -> list[str]:
+    """`parity run` args with every report path renamed NAME.EXT -> NAME.TAG.EXT: one report per fixture."""
+
+    def rename(path: str) -> str:
+        p = Path(path)
+        return str(p.with_name(f"{p.stem}.{tag}{p.suffix}"))
+
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if eq and key in _REPORT_OPTIONS:
+            out.append(f"{key}={rename(value)}")
+        elif i > 0 and args[i - 1] in _REPORT_OPTIONS:
+            out.append(rename(arg))
+        else:
+            out.append(arg)
+    return out
 
 
 @nox.session
@@ -49,9 +79,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def fixtures(session: nox.Session) -> None:
-    """Retrain the toy and rewrite fixtures/toy (`parity export`); args go to `parity export`."""
+    """Retrain the toy and rewrite fixtures/toy (`parity export`), then derive fixtures/toy-stress from it.
+
+    Args go to `parity export` (the toy's); with `--check`, both fixtures are checked instead.
+    """
     session.install("-e", ".[all]")
     session.run("parity", "export", *session.posargs)
+    session.run("parity", "export", "--preset", "toy-stress", *(["--check"] if "--check" in session.posargs else []))
 
 
 @nox.session(default=False)

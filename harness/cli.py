@@ -20,6 +20,7 @@ from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendUnavai
 from harness.fixture import default_fixture_dir, load_fixture
 from harness.guard import describe_exception, one_line, sigint_handler
 from harness.registry import backend_entry_points, checked_missing_dependencies, load_backend
+from harness.resources import stress_fixture_dir
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
@@ -246,18 +247,33 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from harness.export import check_fixture, export_fixture
 
+    if args.preset == "toy-stress":
+        from harness.stress import check_stress_fixture, write_stress_fixture
+
+        toy = Path(args.source) if args.source else default_fixture_dir()
+        dest = Path(args.fixture) if args.fixture else toy.parent / "toy-stress"
+        if args.check:
+            return check_stress_fixture(dest, toy, progress=_progress)
+        write_stress_fixture(dest, toy, progress=_progress)
+        return EXIT_OK
+    fixture = Path(args.fixture) if args.fixture else default_fixture_dir()
+    if (fixture / "manifest.json").is_file():
+        from harness.stress import PRESET, is_stress
+
+        if is_stress(load_fixture(fixture)):  # never retrain the toy over the stress fixture
+            raise ParityError(f"{fixture} was made by `parity export --preset {PRESET}`: pass --preset {PRESET}")
     if args.check:
-        return check_fixture(Path(args.fixture), progress=_progress, retrain=not args.no_retrain)
+        return check_fixture(fixture, progress=_progress, retrain=not args.no_retrain)
     if args.decoding_only:
         from harness.decoding import add_decoding
 
-        add_decoding(Path(args.fixture), progress=lambda m: _progress(f"parity export: {m}"))
+        add_decoding(fixture, progress=lambda m: _progress(f"parity export: {m}"))
         _progress(f"parity export: added the decoding goldens and graph to {args.fixture}")
         return EXIT_OK
     if args.steps < 1:
         raise ParityError(f"--steps must be a positive number of training steps, got {args.steps} "
                           "(0 or fewer would write an untrained fixture)")
-    export_fixture(Path(args.fixture), steps=args.steps, seed=args.seed, progress=_progress)
+    export_fixture(fixture, steps=args.steps, seed=args.seed, progress=_progress)
     return EXIT_OK
 
 
@@ -318,7 +334,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
     fixture = load_fixture(args.fixture)
     mutants = by_name(_parse_backends(args.only) if args.only is not None else None)
-    result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress)
+    # The stability mutants are caught on the stress fixture (and must pass on the toy).
+    stress = load_fixture(args.stress_fixture) if any(m.caught_on == "stress" for m in mutants) else None
+    result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress, stress=stress)
     print_selftest(result)
     if args.json:
         write_json(result, Path(args.json))
@@ -416,7 +434,13 @@ def build_parser() -> argparse.ArgumentParser:
     backends.set_defaults(func=cmd_backends)
 
     export = sub.add_parser("export", help="retrain the toy and rewrite the fixture, or --check it")
-    export.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    export.add_argument("--fixture", help="fixture directory (default: fixtures/toy; with --preset toy-stress, "
+                                          "fixtures/toy-stress beside the toy)")
+    export.add_argument("--preset", choices=["toy", "toy-stress"], default="toy",
+                        help="toy: train and write the toy (default); toy-stress: derive the stress fixture "
+                             "from the toy's weights (harness/stress.py)")
+    export.add_argument("--from", dest="source", metavar="DIR",
+                        help="with --preset toy-stress: the toy fixture to derive it from (default: fixtures/toy)")
     export.add_argument("--check", action="store_true",
                         help="regenerate into a temporary directory and compare with the committed fixture")
     export.add_argument("--no-retrain", action="store_true",
@@ -448,6 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     selftest = sub.add_parser("selftest", help="run the catalog of porting bugs (mutants) through the harness")
     selftest.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    selftest.add_argument("--stress-fixture", default=str(stress_fixture_dir()), metavar="DIR",
+                          help="where the stability mutants must be caught (default: fixtures/toy-stress)")
     selftest.add_argument("--only", metavar="NAME,...", help="comma-separated mutant names (default: all)")
     selftest.add_argument("--json", metavar="PATH", help="write the per-mutant outcomes as JSON")
     selftest.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")

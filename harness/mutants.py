@@ -11,6 +11,12 @@ it should show (for a decoding mutant: the first decoding step and its first dec
 whether only the fp64 tier (float64 result vs the float64 golden at ~1e-12)
 should catch it: such a bug stays under the fp32 tolerance (1e-5) in every fp32-tolerance
 comparison. `harness.selftest` runs them all and checks both claims against the fixture.
+
+It also states which fixture catches it (`caught_on`): "toy" for the porting bugs the toy
+catches, "stress" for the numerical-stability bugs (a softmax without the max, a one-pass
+variance, an additive mask, an erf series that overflows) that compute the toy's numbers exactly
+and break only on the stress fixture's extreme magnitudes (harness/stress.py): the selftest checks
+that each is invisible on the toy, in every tier, and caught on the stress fixture at its tap.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from harness.errors import ParityError
 from harness.resources import ts_model_dir
 
 Target = Literal["typescript", "reference"]
+CaughtOn = Literal["toy", "stress"]  # the fixture that must catch the mutant
 
 TARGET_DIRS: dict[Target, Path] = {"typescript": ts_model_dir(), "reference": Path(reference.__file__).parent}
 
@@ -46,6 +53,7 @@ class Mutant:
     # A decoding mutant (the forward pass is untouched): the first decoding step where it must show
     # (0 is the prefill), and `expected_tap` is a decoding tap (blocks.{i}.attn.cache_k|cache_v, logits).
     expected_step: int | None = None
+    caught_on: CaughtOn = "toy"  # "stress": a stability bug, invisible on the toy, caught on the stress fixture
 
     def apply(self, text: str) -> str:
         """The patched text; MutantAnchorError if an anchor is not found exactly once."""
@@ -67,13 +75,13 @@ class Mutant:
 
 
 def _ts(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False,
-        step: int | None = None) -> Mutant:
-    return Mutant(name, "typescript", "model.ts", patches, description, tap, fp64_only, step)
+        step: int | None = None, caught_on: CaughtOn = "toy") -> Mutant:
+    return Mutant(name, "typescript", "model.ts", patches, description, tap, fp64_only, step, caught_on)
 
 
 def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False,
-        step: int | None = None) -> Mutant:
-    return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only, step)
+        step: int | None = None, caught_on: CaughtOn = "toy") -> Mutant:
+    return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only, step, caught_on)
 
 
 _TS_MASK = "scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;"
@@ -103,6 +111,77 @@ _PY_UNTIED = '''def _untied_lm_head(wte: Tensor) -> Tensor:
 
 
 def unembed('''
+
+# -- the stability bugs: exact on the toy, broken by the stress fixture's magnitudes ----------------
+_TS_SOFTMAX_EXP = "const e = Math.exp(x.data[row + j] - max);"
+_TS_PATTERN = "const pattern = softmax(scores); // (H, T, T): over keys"
+_TS_ADDITIVE_MASK = """// An additive mask inside the softmax: masked cells get dot / rootDh - 1e4 (the tap keeps -inf).
+  const maskedScores: Tensor = { shape: scores.shape, data: scores.data.slice() }; // (H, T, T)
+  for (let h = 0; h < H; h++) {
+    for (let i = 0; i < T; i++) {
+      for (let j = i + 1; config.causal && j < T; j++) {
+        let dot = 0;
+        for (let e = 0; e < dh; e++) dot += q.data[(i * H + h) * dh + e] * k.data[(j * H + h) * dh + e];
+        maskedScores.data[(h * T + i) * T + j] = dot / rootDh - 1e4;
+      }
+    }
+  }
+  const pattern = softmax(maskedScores); // (H, T, T): over keys"""
+_TS_ERF_SERIES = """/** erf by its series of positive terms, Abramowitz & Stegun 7.1.6 (the mutant's erf):
+ *  erf z = 2/sqrt(pi) e^{-z^2} sum_n 2^n z^{2n+1} / (1 3 5 ... (2n+1)); the sum overflows past z^2 = 709.8. */
+function erfSeries(z: number): number {
+  let term = z;
+  let sum = z;
+  for (let n = 1; Math.abs(term) > 1e-17 * Math.abs(sum); n++) {
+    term *= (2 * z * z) / (2 * n + 1);
+    sum += term;
+  }
+  return (2 / Math.sqrt(Math.PI)) * Math.exp(-z * z) * sum;
+}
+
+/** The exact GELU, x * Phi(x)"""
+_PY_PATTERN = "pattern = torch.softmax(scores, dim=-1)  # (H, T, T): over keys"
+_PY_LN_VAR = "var = (centered * centered).mean(dim=-1, keepdim=True)  # (T, 1)"
+_PY_ERF_SERIES = """    z = (x / math.sqrt(2.0)).double()  # erf by its series of positive terms (A&S 7.1.6), in float64
+    term, total, n = z, z, 0
+    while bool((term.abs() > 1e-17 * total.abs()).any()):  # inf and NaN compare false: the loop ends
+        n += 1
+        term = term * (2.0 * z * z) / (2 * n + 1)
+        total = total + term
+    return 0.5 * x * (1.0 + (2.0 / math.sqrt(math.pi) * torch.exp(-z * z) * total).to(x.dtype))"""
+
+STABILITY: tuple[Mutant, ...] = (
+    _ts("ts-softmax-no-max", ((_TS_SOFTMAX_EXP, "const e = Math.exp(x.data[row + j]);"),),
+        "softmax without subtracting the row max: exp overflows past 709.8 (inf / inf = NaN)",
+        "blocks.0.attn.hook_pattern", caught_on="stress"),
+    _ts("ts-ln-one-pass-variance", (
+        ("sq += centered[j] * centered[j];", "sq += x.data[t * d + j] * x.data[t * d + j];"),
+        ("const s = Math.sqrt(sq / d + eps);", "const s = Math.sqrt(sq / d - mean * mean + eps);"),
+    ), "LayerNorm variance as E[x^2] - E[x]^2: cancellation when |mean| >> std", "blocks.0.ln1.hook_scale",
+        fp64_only=True, caught_on="stress"),
+    _ts("ts-additive-mask", ((_TS_PATTERN, _TS_ADDITIVE_MASK),),
+        "causal mask added as -1e4 inside the softmax (the scores tap keeps -inf): leaks past a 1e4 score gap",
+        "blocks.0.attn.hook_pattern", caught_on="stress"),
+    _ts("ts-erf-series", (
+        ("/** The exact GELU, x * Phi(x)", _TS_ERF_SERIES),
+        (_TS_GELU, "out.data[i] = 0.5 * v * (1.0 + erfSeries(v / Math.SQRT2));"),
+    ), "erf by the positive series A&S 7.1.6: exact to 1e-14, then inf * 0 = NaN for |x| > 37.7",
+        "blocks.0.mlp.hook_post", caught_on="stress"),
+    _py("py-softmax-no-max", ((_PY_PATTERN, "pattern = torch.exp(scores) / torch.exp(scores).sum(dim=-1, "
+                                            "keepdim=True)  # (H, T, T)"),),
+        "softmax without subtracting the row max: exp overflows past 88.7 in float32, 709.8 in float64",
+        "blocks.0.attn.hook_pattern", caught_on="stress"),
+    _py("py-ln-one-pass-variance", ((_PY_LN_VAR, "var = (x * x).mean(dim=-1, keepdim=True) - mean * mean  # (T, 1)"),),
+        "LayerNorm variance as E[x^2] - E[x]^2: cancellation when |mean| >> std", "blocks.0.ln1.hook_scale",
+        caught_on="stress"),
+    _py("py-additive-mask", ((_PY_PATTERN, "pattern = torch.softmax(torch.where(future, (qh @ kh.transpose(-2, -1)) "
+                                           "/ math.sqrt(dh) - 1e4, scores), dim=-1)  # (H, T, T)"),),
+        "causal mask added as -1e4 inside the softmax (the scores tap keeps -inf): leaks past a 1e4 score gap",
+        "blocks.0.attn.hook_pattern", caught_on="stress"),
+    _py("py-erf-series", (("    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))", _PY_ERF_SERIES),),
+        "erf by the positive series A&S 7.1.6 (in float64): exact to 1e-14, then inf * 0 = NaN for |x| > 37.7",
+        "blocks.0.mlp.hook_post", caught_on="stress"),
+)
 
 CATALOG: tuple[Mutant, ...] = (
     # -- TypeScript port (float64 only: the fp64 tier and the fp64-vs-fp32 comparison) ------------
@@ -206,6 +285,8 @@ CATALOG: tuple[Mutant, ...] = (
                                            "sinusoidal_positions(1, config.d_model, wte.dtype)"),),
         "incremental mode: the new token's position not offset by the cache length (always position 0)",
         "blocks.0.attn.cache_k", step=1),
+    # -- numerical stability: invisible on fixtures/toy, caught on fixtures/toy-stress ----------------
+    *STABILITY,
 )
 
 

@@ -1,8 +1,9 @@
-"""Where parity's files that are not Python live: the TypeScript model and the toy fixture.
+"""Where parity's files that are not Python live: the TypeScript model, the toy and stress fixtures.
 
-In a source checkout (an editable install) they are `ts_model/` and `fixtures/toy/` beside `harness/`;
-in an installed wheel they are package data, `harness/_ts_model/` and `harness/_toy_fixture/`
-(pyproject.toml maps the two directories there). This is the one place that knows both layouts.
+In a source checkout (an editable install) they are `ts_model/`, `fixtures/toy/` and `fixtures/toy-stress/`
+beside `harness/`; in an installed wheel they are package data, `harness/_ts_model/`, `harness/_toy_fixture/`
+and `harness/_stress_fixture/` (pyproject.toml maps the directories there). This is the one place that
+knows both layouts.
 """
 
 from __future__ import annotations
@@ -26,3 +27,9 @@ def toy_fixture_dir() -> Path:
     """The toy fixture, every command's default: the checkout's fixtures/toy, else the wheel's copy."""
     return _first_existing(CHECKOUT_DIR / "fixtures" / "toy" / "manifest.json",
                            PACKAGE_DIR / "_toy_fixture" / "manifest.json").parent
+
+
+def stress_fixture_dir() -> Path:
+    """The stress fixture (harness/stress.py), where `parity selftest` catches the stability mutants."""
+    return _first_existing(CHECKOUT_DIR / "fixtures" / "toy-stress" / "manifest.json",
+                           PACKAGE_DIR / "_stress_fixture" / "manifest.json").parent

@@ -13,6 +13,11 @@ tier (float64 vs the float64 golden fails, every fp32-tolerance comparison passe
 mutants, a control run checks that the unpatched copies pass. Exit 0 only when the control passes,
 every mutant is caught, at least 90% are localized at their expected tap and at least 3 are
 fp64-only; 1 otherwise.
+
+The stability mutants (`caught_on == "stress"`) run twice: on the toy fixture, where they must
+be invisible (every comparison passes: they compute the toy's numbers to round-off), and on the
+stress fixture (harness/stress.py), where they must be caught at their expected tap. The pair is
+the reason the stress fixture exists (docs/selftest.md). Controls run on both fixtures.
 """
 
 from __future__ import annotations
@@ -110,9 +115,12 @@ def _env(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir: Path) -> Report:
-    """One run of the harness on a copy of `target`, patched by `mutant` (unpatched if None)."""
-    label = mutant.name if mutant is not None else f"control-{target}"
+def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir: Path, tag: str = "") -> Report:
+    """One run of the harness on a copy of `target`, patched by `mutant` (unpatched if None).
+
+    `tag` tells apart two runs of the same copy on different fixtures (its own directory each).
+    """
+    label = (mutant.name if mutant is not None else f"control-{target}") + tag
     root = copy_target(target, workdir / label, mutant)
     if target == "typescript":
         with _env("PARITY_TS_DIR", str(root)):
@@ -140,10 +148,18 @@ class Outcome:
     seconds: float = 0.0
     expected_step: int | None = None  # a decoding mutant: the decoding step where it must first show
     first_step: int | None = None  # the first failing decoding step, when the forward pass agreed
+    caught_on: str = "toy"  # the fixture judged above: "toy", or "stress" for a stability mutant
+    toy_tiers: list[str] = field(default_factory=list)  # stability mutants: comparisons that failed on the toy
+    toy_error: str = ""  # stability mutants: the toy run stopped with an error
 
     @property
     def localized(self) -> bool:
         return self.first_tap == self.expected_tap and self.first_step == self.expected_step
+
+    @property
+    def invisible_on_toy(self) -> bool | None:
+        """Stability mutants: every comparison passed on the toy (None for the toy's own mutants)."""
+        return (not self.toy_tiers and not self.toy_error) if self.caught_on == "stress" else None
 
     @property
     def fp64_only(self) -> bool:
@@ -154,7 +170,7 @@ class Outcome:
 def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -> Outcome:
     order = {t: i for i, t in enumerate(fixture.tap_names)}
     out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
-                  seconds=seconds, expected_step=mutant.expected_step)
+                  seconds=seconds, expected_step=mutant.expected_step, caught_on=mutant.caught_on)
     failed = {tier_key(r.precision, r.golden) for r in report.results if r.passed is False}
     decoding = report.decoding
     if decoding is not None:  # the decoding check's failing tiers count as well
@@ -185,6 +201,17 @@ class SelftestResult:
     fixture: str
     controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed, else why not
     outcomes: list[Outcome] = field(default_factory=list)
+    stress_fixture: str | None = None  # where the stability mutants are caught (None: none was run)
+    stress_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the stress fixture
+
+    @property
+    def stability(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.caught_on == "stress"]
+
+    @property
+    def n_pairs(self) -> int:
+        """Stability mutants invisible on the toy and caught on the stress fixture."""
+        return sum(bool(o.invisible_on_toy) and o.caught for o in self.stability)
 
     @property
     def n_caught(self) -> int:
@@ -200,12 +227,14 @@ class SelftestResult:
 
     @property
     def control_passed(self) -> bool:
-        return all(not why for why in self.controls.values())
+        return all(not why for why in (*self.controls.values(), *self.stress_controls.values()))
 
     def failures(self) -> list[str]:
         """Why the selftest fails, one line each (empty when it passes)."""
         n = len(self.outcomes)
         why = [f"control run of the unpatched {t} failed: {m}" for t, m in self.controls.items() if m]
+        why += [f"control run of the unpatched {t} failed on the stress fixture: {m}"
+                for t, m in self.stress_controls.items() if m]
         if n == 0:
             why.append("no mutants were run")
         if self.n_caught < n:
@@ -215,6 +244,10 @@ class SelftestResult:
             why.append(f"only {self.n_localized}/{n} localized at the expected tap (need {MIN_LOCALIZED:.0%})")
         if self.n_fp64_only < MIN_FP64_ONLY:
             why.append(f"only {self.n_fp64_only} mutant(s) caught by the fp64 tier alone (need {MIN_FP64_ONLY})")
+        visible = [o.name for o in self.stability if not o.invisible_on_toy]
+        if visible:
+            why.append(f"{len(visible)} stability mutant(s) not invisible on the toy fixture (they must compute its "
+                       f"numbers to round-off): {', '.join(visible)}")
         return why
 
     @property
@@ -231,9 +264,13 @@ class SelftestResult:
         return {
             "fixture": self.fixture,
             "controls": self.controls,
-            "mutants": [{**asdict(o), "localized": o.localized, "fp64_only": o.fp64_only} for o in self.outcomes],
+            "stress_fixture": self.stress_fixture,
+            "stress_controls": self.stress_controls,
+            "mutants": [{**asdict(o), "localized": o.localized, "fp64_only": o.fp64_only,
+                         "invisible_on_toy": o.invisible_on_toy} for o in self.outcomes],
             "totals": {"mutants": len(self.outcomes), "caught": self.n_caught, "localized": self.n_localized,
-                       "fp64_only": self.n_fp64_only},
+                       "fp64_only": self.n_fp64_only, "stability": len(self.stability),
+                       "invisible_on_toy_caught_on_stress": self.n_pairs},
             "exit_code": self.exit_code,
             "failures": self.failures(),
         }
@@ -252,64 +289,122 @@ def _control_message(report: Report) -> str:
     return f"exit code {report.exit_code}"
 
 
+def _controls(fixture: Fixture, targets: list[Target], work: Path, tag: str,
+              say: Callable[[str], None]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for target in targets:
+        say(f"parity selftest: control run of the unpatched {target}{' on ' + fixture.root.name if tag else ''}")
+        try:
+            out[target] = _control_message(run_target(fixture, target, None, work, tag))
+        except ParityError as exc:
+            out[target] = str(exc)
+    return out
+
+
+def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "") -> Outcome:
+    """Run one mutant on one fixture and classify what the harness reported."""
+    start = time.perf_counter()
+    try:
+        report = run_target(fixture, mutant.target, mutant, work, tag)
+    except MutantAnchorError:
+        raise  # a rotten catalog is bad input (exit 2), not a caught mutant
+    except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
+        outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
+                          mutant.fp64_only, caught=True, error=str(exc), expected_step=mutant.expected_step,
+                          caught_on=mutant.caught_on)
+    else:
+        outcome = classify(mutant, report, fixture, time.perf_counter() - start)
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
 def run_selftest(
-    fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None
+    fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None,
+    stress: Fixture | None = None,
 ) -> SelftestResult:
-    """The control runs (unpatched copies of each target used), then every mutant."""
+    """The control runs (unpatched copies of each target used), then every mutant.
+
+    `fixture` is the toy: the toy's mutants are judged there. The stability mutants (caught_on
+    "stress") run on `fixture`, where they must pass, and on `stress`, where they must be caught;
+    ParityError (exit 2) if any is selected without a stress fixture.
+    """
     say = progress or (lambda _msg: None)
     for mutant in mutants:  # a rotten anchor fails fast (exit 2), before any run
         mutant.apply((TARGET_DIRS[mutant.target] / mutant.file).read_text(encoding="utf-8"))
+    stability = [m for m in mutants if m.caught_on == "stress"]
+    if stability and stress is None:
+        raise ParityError(f"the stability mutants ({', '.join(m.name for m in stability)}) need the stress fixture: "
+                          "pass --stress-fixture DIR (made by `parity export --preset toy-stress`)")
     result = SelftestResult(str(fixture.root))
     with tempfile.TemporaryDirectory(prefix="parity-selftest-") as tmp:
         work = Path(tmp)
-        for target in dict.fromkeys(m.target for m in mutants):
-            say(f"parity selftest: control run of the unpatched {target}")
-            try:
-                result.controls[target] = _control_message(run_target(fixture, target, None, work))
-            except ParityError as exc:
-                result.controls[target] = str(exc)
+        result.controls = _controls(fixture, list(dict.fromkeys(m.target for m in mutants)), work, "", say)
+        if stability and stress is not None:
+            result.stress_fixture = str(stress.root)
+            result.stress_controls = _controls(stress, list(dict.fromkeys(m.target for m in stability)), work,
+                                               "-stress", say)
         for mutant in mutants:
             say(f"parity selftest: {mutant.name}")
-            start = time.perf_counter()
-            try:
-                report = run_target(fixture, mutant.target, mutant, work)
-            except MutantAnchorError:
-                raise  # a rotten catalog is bad input (exit 2), not a caught mutant
-            except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
-                outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
-                                  mutant.fp64_only, caught=True, error=str(exc), expected_step=mutant.expected_step)
-            else:
-                outcome = classify(mutant, report, fixture, time.perf_counter() - start)
-            outcome.seconds = time.perf_counter() - start
+            if mutant.caught_on == "toy" or stress is None:
+                result.outcomes.append(_judge(fixture, mutant, work))
+                continue
+            outcome = _judge(stress, mutant, work, "-stress")
+            on_toy = _judge(fixture, mutant, work, "-toy")
+            outcome.toy_tiers, outcome.toy_error = on_toy.tiers, on_toy.error
+            outcome.seconds += on_toy.seconds
             result.outcomes.append(outcome)
     return result
 
 
+def _tiers_cell(o: Outcome) -> str:
+    tiers = ",".join(o.tiers) if o.tiers else ("error" if o.error else "-")
+    return tiers + (" (fp64 only)" if o.fp64_only else "")
+
+
+def _grid(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
 def format_table(result: SelftestResult) -> list[str]:
-    """The table: mutant, caught, tiers that caught it, first diverging tap, expected tap, match."""
-    header = ("mutant", "caught", "tiers", "first diverging tap", "expected tap", "match")
+    """The table: mutant, caught, tiers that caught it, first diverging tap, expected tap, match.
+
+    The stability mutants get a table of their own: invisible on the toy, caught on the stress fixture.
+    """
+    header: tuple[str, ...] = ("mutant", "caught", "tiers", "first diverging tap", "expected tap", "match")
     rows = [header]
-    for o in result.outcomes:
-        tiers = ",".join(o.tiers) if o.tiers else ("error" if o.error else "-")
-        if o.fp64_only:
-            tiers += " (fp64 only)"
+    toy = [o for o in result.outcomes if o.caught_on != "stress"]
+    for o in toy:
         first = o.first_tap or "-"
         if o.first_step is not None:
             first = f"step {o.first_step}: {first}"
         expected = o.expected_tap if o.expected_step is None else f"step {o.expected_step}: {o.expected_tap}"
-        rows.append((o.name, "yes" if o.caught else "NO", tiers, first, expected, "yes" if o.localized else "NO"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+        rows.append((o.name, "yes" if o.caught else "NO", _tiers_cell(o), first, expected,
+                     "yes" if o.localized else "NO"))
+    lines = _grid(rows) if toy else []
+    if result.stability and result.stress_fixture is not None:
+        lines.append(f"stability mutants: invisible on {Path(result.fixture).name}, caught on "
+                     f"{Path(result.stress_fixture).name}")
+        rows = [("mutant", "on toy", "on stress", "tiers (stress)", "first diverging tap", "expected tap", "match")]
+        for o in result.stability:
+            on_toy = "invisible" if o.invisible_on_toy else f"VISIBLE ({','.join(o.toy_tiers) or 'error'})"
+            rows.append((o.name, on_toy, "caught" if o.caught else "NO", _tiers_cell(o), o.first_tap or "-",
+                         o.expected_tap, "yes" if o.localized else "NO"))
+        lines += _grid(rows)
     for o in result.outcomes:
         if o.error:
             lines.append(f"{o.name}: the run stopped with an error: {o.error}")
         elif o.caught and o.fp64_only != o.expected_fp64_only:
             claim = "fp64 only" if o.expected_fp64_only else "by an fp32-tolerance comparison too"
             lines.append(f"{o.name}: the catalog says it is caught {claim}; it was caught by {', '.join(o.tiers)}")
-    blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in result.outcomes if o.caught and o.blind_cases]
+    blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in toy if o.caught and o.blind_cases]
     if blind:
         lines.append(f"invisible in some cases: {'; '.join(blind)}")
+    blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in result.stability if o.caught and o.blind_cases]
+    if blind:
+        lines.append(f"invisible in some stress cases: {'; '.join(blind)}")
     return lines
 
 
@@ -317,10 +412,16 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     stream = out if out is not None else sys.stdout
     for target, why in result.controls.items():
         print(f"control ({target}, unpatched): {'FAIL: ' + why if why else 'pass'}", file=stream)
+    for target, why in result.stress_controls.items():
+        print(f"control ({target}, unpatched, {Path(result.stress_fixture or '').name}): "
+              f"{'FAIL: ' + why if why else 'pass'}", file=stream)
     for line in format_table(result):
         print(line, file=stream)
     for why in result.failures():
         print(f"selftest FAIL: {why}", file=stream)
+    if result.stability:
+        print(f"stability mutants invisible on toy, caught on stress: {result.n_pairs}/{len(result.stability)}",
+              file=stream)
     print(result.totals_line(), file=stream)
 
 

@@ -8,9 +8,10 @@ and their reasons are in docs/tolerances.md ("Ceilings").
 
 - A tier's default `atol` and `rtol` must be at most the tier's ceiling.
 - A per-tap override's `rtol` must be at most the tier's rtol ceiling; its `atol` at most the
-  tier's atol ceiling times the tap's golden magnitude M (max |golden| over cases, finite cells)
-  when M > 1: an override exists to scale a tolerance with the magnitude (`c * eps * M`), and the
-  bugs a tier must catch grow with the magnitude too.
+  tier's atol ceiling times M, the largest golden magnitude up to that tap (max |golden| over
+  cases and finite cells, of that tap and every tap before it in dataflow order) when M > 1: an
+  override exists to scale a tolerance with the magnitude (`c * eps * M`), round-off is carried
+  downstream, and the bugs a tier must catch grow with the magnitude too.
 """
 
 from __future__ import annotations
@@ -53,14 +54,14 @@ def default_problems(precision: Precision, atol: float, rtol: float) -> list[str
 
 
 def override_problems(precision: Precision, tap: str, atol: float, rtol: float, magnitude: float) -> list[str]:
-    """Why a per-tap override is beyond its ceiling, given the tap's golden magnitude."""
+    """Why a per-tap override is beyond its ceiling, given the largest golden magnitude up to that tap."""
     c = CEILINGS[precision]
     limit = c.atol * max(1.0, magnitude)
     out = []
     where = f"tolerances.{precision}.overrides[{tap!r}]"
     if atol > limit:
         out.append(f"{where}.atol {atol:g} is above the ceiling {limit:.3g} "
-                   f"({c.atol:g} x max(1, golden magnitude {magnitude:.3g}))")
+                   f"({c.atol:g} x max(1, largest golden magnitude up to this tap {magnitude:.3g}))")
     if rtol > c.rtol:
         out.append(f"{where}.rtol {rtol:g} is above the ceiling {c.rtol:g}")
     return out

@@ -37,13 +37,15 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
-def test_the_wheel_holds_the_typescript_model_and_the_toy_fixture(unpacked_wheel: Path) -> None:
+def test_the_wheel_holds_the_typescript_model_and_the_fixtures(unpacked_wheel: Path) -> None:
     ts = unpacked_wheel / "harness" / "_ts_model"
     assert {"model.ts", "run.ts", "fixture.ts", "safetensors.ts", "erf.ts", "verify-forward.mts", "verify.mjs"} <= \
         {p.name for p in ts.iterdir()}
     assert not (ts / "tests").exists()
     toy = unpacked_wheel / "harness" / "_toy_fixture"
     assert {p.name for p in toy.iterdir()} == {p.name for p in (REPO / "fixtures" / "toy").iterdir()}
+    stress = unpacked_wheel / "harness" / "_stress_fixture"  # for `parity selftest`'s stability mutants
+    assert {p.name for p in stress.iterdir()} == {p.name for p in (REPO / "fixtures" / "toy-stress").iterdir()}
 
 
 BROWSER_BACKENDS = {"typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized"}

@@ -1,7 +1,8 @@
-"""The CI gate: a full `parity run` over every built-in backend on the committed fixture.
+"""The CI gate: a full `parity run` over every built-in backend on each committed fixture.
 
 It fails if any built-in backend is skipped (missing dependency), not supported where it should
-be, or disagrees on any tap of any case in any tier it computes in.
+be, or disagrees on any tap of any case in any tier it computes in, on fixtures/toy or on
+fixtures/toy-stress (the numerically hard one, harness/stress.py).
 """
 
 from __future__ import annotations
@@ -39,19 +40,23 @@ def test_every_builtin_backend_is_registered_and_listed_here() -> None:
     assert builtin_backends() == set(BUILTIN_PRECISIONS)
 
 
-@pytest.fixture(scope="module")
-def full_run(toy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Any]:
-    """One `parity run` of every built-in backend: its process and its JSON report."""
+FIXTURES = ["toy", "toy-stress"]
+
+
+@pytest.fixture(scope="module", params=FIXTURES)
+def full_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[Path, subprocess.CompletedProcess[str], Any]:
+    """One `parity run` of every built-in backend on each committed fixture: its directory, process and JSON."""
+    toy_dir = REPO / "fixtures" / request.param
     out = tmp_path_factory.mktemp("full") / "report.json"
     names = ",".join(sorted(BUILTIN_PRECISIONS))
     proc = run_cli("run", "--fixture", str(toy_dir), "--backends", names, "--json", str(out), "-q")
-    return proc, json.loads(out.read_text()) if out.exists() else {}
+    return toy_dir, proc, json.loads(out.read_text()) if out.exists() else {}
 
 
-def test_full_parity_run_every_builtin_backend_agrees(
-    toy_dir: Path, full_run: tuple[subprocess.CompletedProcess[str], Any]
-) -> None:
-    proc, report = full_run
+def test_full_parity_run_every_builtin_backend_agrees(full_run: tuple[Path, subprocess.CompletedProcess[str], Any]
+                                                     ) -> None:
+    toy_dir, proc, report = full_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert report["passed"] is True
     ran = {(r["backend"], r["precision"]) for r in report["runs"] if r["status"] == "ran"}
@@ -73,28 +78,33 @@ def test_full_parity_run_every_builtin_backend_agrees(
         else:
             assert taps == {t["name"] for t in manifest["taps"]}, backend
     fp64 = [r for r in report["results"] if r["golden"] == "fp64"]
-    assert fp64 and max(r["max_abs"] for r in fp64) <= manifest["tolerances"]["fp64"]["atol"]
+    tol = manifest["tolerances"]["fp64"]
+    assert fp64 and all(r["max_abs"] <= tol["overrides"].get(r["tap"], tol)["atol"] for r in fp64)
 
 
 DECODING_BACKENDS = {"pytorch", "numpy", "onnxruntime", "typescript"}
 
 
 def test_full_parity_run_decodes_incrementally_like_the_full_forward(
-    toy_dir: Path, full_run: tuple[subprocess.CompletedProcess[str], Any]
+    full_run: tuple[Path, subprocess.CompletedProcess[str], Any]
 ) -> None:
     """Every backend that decodes: each step's cache and logits within tolerance, the same greedy tokens."""
-    proc, report = full_run
+    toy_dir, proc, report = full_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    decoding = report["decoding"]
+    decoding = report.get("decoding")
+    manifest = json.loads((toy_dir / "manifest.json").read_text()).get("decoding")
+    if manifest is None:  # the stress fixture has no decoding goldens: said once, nothing compared
+        assert decoding is None or decoding["available"] is False
+        assert "decoding" in proc.stdout
+        return
     assert decoding["available"] is True and decoding["passed"] is True
     assert {(r["backend"], r["precision"]) for r in decoding["runs"]} == {
         (b, p) for b, ps in BUILTIN_PRECISIONS.items() if b in DECODING_BACKENDS for p in ps
     }
     assert sorted(decoding["not_supported"]) == sorted(set(BUILTIN_PRECISIONS) - DECODING_BACKENDS)
-    manifest = json.loads((toy_dir / "manifest.json").read_text())["decoding"]
     n_tiers = sum(1 if p == "fp32" else 2 for b, ps in BUILTIN_PRECISIONS.items() if b in DECODING_BACKENDS
                   for p in ps)
     per_tier = len(manifest["prompts"]) * (manifest["steps"] + 1) * len(manifest["taps"])
     assert decoding["counts"] == {"passed": n_tiers * per_tier, "failed": 0, "near_ties": 0}
     assert all(g["status"] == "ok" and g["actual"] == g["expected"] for g in decoding["greedy"])
-    assert "decoding not supported by: onnx-reference, onnxruntime-optimized" in proc.stdout
+    assert "decoding not supported by: " in proc.stdout

@@ -2,6 +2,8 @@
 
 The acceptance run is `python -m harness selftest` in a subprocess: exit 0 and the totals line
 (every mutant caught, >= 90% localized at the expected tap, >= 3 caught by the fp64 tier alone).
+The stability mutants (softmax without the max, a one-pass variance, an additive mask, an erf
+series) must be invisible on fixtures/toy in every tier and caught on fixtures/toy-stress at their tap.
 The unit tests keep the catalog honest: every anchor matches the current sources exactly once,
 a missing or repeated anchor is a clear error (exit 2 through the CLI), and a failing control run
 or an uncaught mutant makes the selftest fail.
@@ -17,10 +19,11 @@ import pytest
 
 import harness.cli
 import harness.mutants
+from harness.errors import ParityError
 from harness.fixture import Fixture, load_fixture
-from harness.mutants import CATALOG, TARGET_DIRS, Mutant, MutantAnchorError, by_name
+from harness.mutants import CATALOG, STABILITY, TARGET_DIRS, Mutant, MutantAnchorError, by_name
 from harness.selftest import run_selftest
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 TOTALS = re.compile(r"^mutants caught (\d+)/(\d+), localized (\d+)/(\d+) \((\d+)%\), fp64-only (\d+)$")
 
@@ -65,12 +68,40 @@ def test_selftest_catches_every_mutant(tmp_path: Path) -> None:
         assert row["localized"] and row["first_step"] == row["expected_step"], row
     localized_rows = [r for r in report["mutants"] if r["localized"]]
     assert len(localized_rows) == localized
+    # The stability mutants: invisible on the toy (every tier), caught on the stress fixture at their tap.
+    stability = [r for r in report["mutants"] if r["caught_on"] == "stress"]
+    assert {r["name"] for r in stability} == {m.name for m in STABILITY} and len(stability) >= 4
+    for row in stability:
+        assert row["invisible_on_toy"] is True and row["toy_tiers"] == [] and not row["toy_error"], row
+        assert row["caught"] and row["localized"], row
+    assert all(why == "" for why in report["stress_controls"].values()) and report["stress_controls"]
+    assert report["totals"]["invisible_on_toy_caught_on_stress"] == len(STABILITY)
+    assert f"stability mutants invisible on toy, caught on stress: {len(STABILITY)}/{len(STABILITY)}" in proc.stdout
+    assert "control (typescript, unpatched, toy-stress): pass" in proc.stdout
 
 
 def test_only_runs_the_named_mutants() -> None:
     proc = run_cli("selftest", "-q", "--only", "ts-erf-polynomial,ts-positions-float32,py-erf-polynomial")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "mutants caught 3/3, localized 3/3 (100%), fp64-only 3"
+
+
+def test_stability_mutants_need_the_stress_fixture(fixture: Fixture, tmp_path: Path) -> None:
+    with pytest.raises(ParityError, match="need the stress fixture"):
+        run_selftest(fixture, [STABILITY[0]])
+    proc = run_cli("selftest", "-q", "--only", STABILITY[0].name, "--stress-fixture", str(tmp_path / "none"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "fixture directory not found" in proc.stderr
+
+
+def test_a_stability_mutant_the_toy_sees_fails_the_selftest(fixture: Fixture) -> None:
+    """A bug the toy already catches is not a stability bug: the pair must be (invisible, caught)."""
+    relu = by_name(["py-gelu-relu"])[0]
+    visible = Mutant("py-relu-as-stability", relu.target, relu.file, relu.patches, relu.description,
+                     relu.expected_tap, relu.fp64_only, caught_on="stress")
+    result = run_selftest(fixture, [visible], stress=load_fixture(REPO / "fixtures" / "toy-stress"))
+    assert result.n_caught == 1 and result.n_pairs == 0 and result.exit_code == 1
+    assert any("not invisible on the toy fixture" in why and "py-relu-as-stability" in why
+               for why in result.failures())
 
 
 def test_unknown_mutant_exits_2_with_one_line() -> None:
@@ -94,6 +125,10 @@ def test_catalog_shape(fixture: Fixture) -> None:
         assert m.expected_tap in taps, m.name
         assert m.name.startswith({"typescript": "ts-", "reference": "py-"}[m.target]), m.name
         assert m.description and m.patches
+        assert m.caught_on == ("stress" if m in STABILITY else "toy"), m.name
+    # One stability mutant per bug class, in the TypeScript port at least.
+    assert {m.name for m in STABILITY if m.target == "typescript"} >= {
+        "ts-softmax-no-max", "ts-ln-one-pass-variance", "ts-additive-mask", "ts-erf-series"}
 
 
 @pytest.mark.parametrize("mutant", CATALOG, ids=[m.name for m in CATALOG])
