@@ -177,7 +177,7 @@ def heldout_loss(weights: dict[str, np.ndarray]) -> float:
     model = GPT(TOY)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(weights[name]))
+            p.copy_(torch.from_numpy(weights[name].copy()))  # fixture arrays are read-only
     return evaluate(model, heldout_sentences())
 
 

@@ -55,7 +55,7 @@ def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: 
         def __init__(self) -> None:
             super().__init__()
             for key in keys:  # buffers become ONNX initializers; '.' is not allowed in a buffer name
-                tensor = torch.from_numpy(np.ascontiguousarray(weights[key], dtype=np.float32))
+                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
                 self.register_buffer(key.replace(".", "__"), tensor.clone())
 
         def forward(self, token: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:

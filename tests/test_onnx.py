@@ -114,7 +114,7 @@ def test_every_length_from_1_to_the_context_matches_the_reference(fixture: Fixtu
 
     from reference.model import run_with_taps
 
-    params = {k: torch.from_numpy(v) for k, v in fixture.weights().items()}
+    params = {k: torch.from_numpy(v.copy()) for k, v in fixture.weights().items()}
     paths = {kind: fixture.onnx_path(kind) for kind in ONNX_FILES}
     all_taps, logits_only = (ort_runner(p) for p in paths.values() if p is not None)
     rng = np.random.default_rng(0)
