@@ -57,7 +57,7 @@ def _rehash(root: Path) -> None:
 
 def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case]) -> Fixture:
     """A fixture with `parent`'s config, weights, tolerances and ONNX files, and these cases."""
-    from harness.backends.numpy_backend import forward
+    from reference.numpy_model import forward
 
     weights = parent.weights()
     golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}

@@ -88,7 +88,7 @@ def adversarial_cases(weights: Mapping[str, np.ndarray], config: GPTConfig, voca
     masked score and its row's maximum in block 0, the largest |score|, the largest |mlp.hook_pre|,
     the largest |logit|. A sequence already chosen (or a toy case) is never chosen twice.
     """
-    from harness.backends.numpy_backend import forward
+    from reference.numpy_model import forward
 
     params = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
     reps = min(PAIR_REPEATS, config.n_ctx // 2)

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from harness.backends.base import BackendOutput, Precision
-from harness.backends.numpy_backend import DTYPES, NumpyBackend
+from harness.backends.numpy_backend import NumpyBackend
 from harness.conformance import ConformanceResult, check_backend
 from harness.fixture import Fixture, load_fixture
+from harness.precision import DTYPES
 from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ class NoTokenCheck(NumpyBackend):
     """Indexes the embedding table without checking: an IndexError escapes."""
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        from harness.backends.numpy_backend import forward
+        from reference.numpy_model import forward
 
         params = {k: v.astype(DTYPES[precision]) for k, v in fixture.weights().items()}
         return {c.name: forward(params, fixture.config, list(c.tokens)) for c in fixture.cases}
@@ -140,7 +141,7 @@ class ClampsTokens(NumpyBackend):
     """Silently clamps bad token ids: it returns numbers for bad input."""
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        from harness.backends.numpy_backend import forward
+        from reference.numpy_model import forward
 
         V = fixture.config.vocab_size
         params = {k: v.astype(DTYPES[precision]) for k, v in fixture.weights().items()}

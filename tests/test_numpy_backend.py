@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.backends.numpy_backend import NumpyBackend, gelu, sinusoidal_positions
+from harness.backends.numpy_backend import NumpyBackend
 from harness.errors import FixtureError
 from harness.fixture import Case, Fixture, load_fixture
 from reference.config import TOY
+from reference.numpy_model import gelu, sinusoidal_positions
 from reference.taps import tap_names
 from tests.fixture_builders import CASES, build_random_fixture
 
