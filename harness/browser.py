@@ -14,17 +14,22 @@ the driver enforces it, and this side kills the process group 15 s later if it h
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
 from harness.node import find_node, run_node
+from harness.onnx_graph import OnnxGraph, expected_outputs, onnx_file
+from harness.precision import BackendOutput
 from harness.resources import CHECKOUT_DIR
 from harness.settings import seconds_from_env
 
 if TYPE_CHECKING:
-    import numpy as np
+    from harness.fixture import Fixture
 
 DRIVER = CHECKOUT_DIR / "ts_model" / "browser" / "run-browser.mts"  # a source checkout only: not in the wheel
 DEFAULT_TIMEOUT_S = 120.0
@@ -108,3 +113,33 @@ def run_to_file(
         except (FixtureError, OSError, ValueError) as exc:
             raise BackendFailed(f"{who}: unreadable output: {exc}") from None
     return tensors, metadata
+
+
+_said: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """Print a note on stderr the first time it comes up in this process."""
+    if message not in _said:
+        _said.add(message)
+        print(f"parity: {message}", file=sys.stderr, flush=True)
+
+
+def run_onnx_graph(who: str, fixture: Fixture, graph: OnnxGraph, optimization: str) -> BackendOutput:
+    """Every case through one of the fixture's graphs on onnxruntime-web: {case: {output: float32}}."""
+    path = onnx_file(fixture, graph)  # FixtureError (exit 2) when the manifest lists no such graph
+    names = expected_outputs(fixture.tap_names, graph)
+    tensors, metadata = run_to_file(who, "onnxruntime-web", fixture.root, [graph, optimization])
+    webgpu = metadata.get("webgpu", "not reported")
+    if webgpu != "adapter":
+        say_once(f"onnxruntime-web: WebGPU not supported in this headless browser ({webgpu}); "
+                 "parity checks the WebAssembly backend")
+    out: BackendOutput = {}
+    for case in fixture.cases:
+        out[case.name] = {}
+        for name in names:
+            value = tensors.get(f"{case.name}/{name}")
+            if value is None:
+                raise BackendFailed(f"{who}: {path.name} gave no output {name!r} for case {case.name!r}")
+            out[case.name][name] = np.asarray(value, dtype=np.float32)
+    return out

@@ -265,7 +265,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.check:
         return check_fixture(fixture, progress=_progress, retrain=not args.no_retrain)
     if args.decoding_only:
-        from harness.decoding import add_decoding
+        from harness.decoding_writer import add_decoding
 
         add_decoding(fixture, progress=lambda m: _progress(f"parity export: {m}"))
         _progress(f"parity export: added the decoding goldens and graph to {args.fixture}")

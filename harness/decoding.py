@@ -25,10 +25,8 @@ A backend's decoding output (`Backend.decode`) has the same keys without the pro
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -233,137 +231,10 @@ def steps_to_output(n_layer: int, steps: Sequence[tuple[Any, Sequence[tuple[Any,
     return out
 
 
-# -- making the goldens (parity export) ------------------------------------------------------------
-
-
-def golden_from_forward(
-    taps: Mapping[str, np.ndarray], n_layer: int, n_prompt: int, steps: int
-) -> dict[str, np.ndarray]:
-    """Decoding goldens of one prompt from the full forward's taps over prompt + the N fed tokens."""
-    out: dict[str, np.ndarray] = {}
-    for k in range(steps + 1):
-        n_pos = n_prompt + k  # positions in the cache after step k
-        for i in range(n_layer):
-            for tap, src in (("cache_k", "hook_k"), ("cache_v", "hook_v")):
-                full = np.asarray(taps[f"blocks.{i}.attn.{src}"])  # (T_all, H, dh)
-                out[step_key(k, f"blocks.{i}.attn.{tap}")] = np.ascontiguousarray(full[:n_pos].transpose(1, 0, 2))
-        out[step_key(k, "logits")] = np.ascontiguousarray(np.asarray(taps["logits"])[n_pos - 1])  # (V,)
-    return out
-
-
-def greedy_prompts(
-    weights: Mapping[str, np.ndarray], config: GPTConfig, named: Sequence[tuple[str, Sequence[int], str]], steps: int
-) -> list[Prompt]:
-    """Each prompt's greedy tokens by the float64 full forward, re-run on every prefix (the truth).
-
-    FixtureError if the float32 full forward picks another token at any step (a near-tie: choose
-    another prompt), so that one token list serves both tiers.
-    """
-    from harness.fixture import Case
-    from reference.run import reference_taps
-
-    prompts: list[Prompt] = []
-    for name, tokens, text in named:
-        seq = list(tokens)
-        generated: list[int] = []
-        for _ in range(steps + 1):
-            taps = reference_taps(weights, config, [Case(name, tuple(seq))], "fp64")[name]
-            generated.append(int(np.argmax(taps["logits"][-1])))
-            seq.append(generated[-1])
-        fp32 = reference_taps(weights, config, [Case(name, tuple(seq[:-1]))], "fp32")[name]["logits"]
-        for k in range(steps + 1):
-            row = fp32[len(tokens) - 1 + k]
-            if int(np.argmax(row)) != generated[k]:
-                raise FixtureError(f"prompt {name!r}: float32 and float64 pick different greedy tokens at step {k} "
-                                   f"(a near-tie, top-2 margin {top2_margin(row):.1e}); choose another prompt")
-        prompts.append(Prompt(name, tuple(tokens), text, tuple(generated)))
-    return prompts
-
-
 def top2_margin(logits: np.ndarray) -> float:
     """Top-1 minus top-2 logit: how far the greedy choice is from a tie."""
     top = np.sort(np.asarray(logits, dtype=np.float64))[::-1]
     return float(top[0] - top[1]) if top.size > 1 else float("inf")
-
-
-def write_decoding_files(
-    root: Path, weights: Mapping[str, np.ndarray], config: GPTConfig, vocab: Sequence[str],
-    prompts: Sequence[tuple[str, str]] = DEFAULT_PROMPTS, steps: int = DEFAULT_STEPS, onnx: bool = True,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """Write the decoding goldens (and the decoder-with-past ONNX graph) into `root`.
-
-    Returns the manifest's `decoding` section and `files.decoding`. Needs torch (the reference).
-    """
-    from safetensors.numpy import save_file
-
-    from harness.fixture import Case
-    from harness.platforms import current_platform
-    from reference.run import reference_taps
-
-    say = progress or (lambda _message: None)
-    named = [(name, encode_words(text, vocab), text) for name, text in prompts]
-    for name, tokens, _ in named:
-        if len(tokens) + steps > config.n_ctx:
-            raise ParityError(f"prompt {name!r}: {len(tokens)} tokens + {steps} steps exceed the context "
-                              f"({config.n_ctx})")
-    say(f"greedy tokens of {len(named)} decoding prompts, {steps} steps")
-    found = greedy_prompts(weights, config, named, steps)
-    files: dict[str, str] = {}
-    for precision in PRECISIONS:
-        say(f"decoding goldens {precision}")
-        tensors: dict[str, np.ndarray] = {}
-        for p in found:
-            seq = (*p.tokens, *p.generated[:steps])
-            taps = reference_taps(weights, config, [Case(p.name, seq)], precision)[p.name]
-            for key, value in golden_from_forward(taps, config.n_layer, len(p.tokens), steps).items():
-                tensors[f"{p.name}/{key}"] = np.ascontiguousarray(value, dtype=DTYPES[precision])
-        save_file(tensors, str(root / GOLDEN_FILES[precision]))
-        files[precision] = GOLDEN_FILES[precision]
-    if onnx:
-        from harness.onnx_decode import export_decode_onnx
-
-        say(f"ONNX graph {ONNX_FILE}")
-        export_decode_onnx(dict(weights), config, root / ONNX_FILE)
-        files["onnx"] = ONNX_FILE
-    section = {
-        "steps": steps,
-        "cache_layout": list(CACHE_LAYOUT),
-        "taps": decode_tap_names(config.n_layer),
-        "prompts": [{"name": p.name, "tokens": list(p.tokens), "text": p.text, "generated": list(p.generated),
-                     "generated_text": " ".join(vocab[t] for t in p.generated)} for p in found],
-        "platform": current_platform(),
-    }
-    return section, files
-
-
-def add_decoding(root: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Add (or rewrite) the decoding goldens and graph of an existing fixture; no other file is touched.
-
-    The manifest gets its `decoding` section, `files.decoding` and the new files' sha256.
-    """
-    from harness.fixture import load_fixture
-
-    fixture = load_fixture(root)
-    section, files = write_decoding_files(root, fixture.weights(), fixture.config, fixture.vocab, progress=progress)
-    extend_manifest(root, section, files)
-    for name in files.values():
-        (root / name).chmod(0o644)
-    load_fixture(root).decoding()
-
-
-def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, str]) -> None:
-    """Add the `decoding` section, `files.decoding` and the files' sha256 to the manifest in `root`, and re-seal it."""
-    from harness.fixture import MANIFEST, sha256_file
-    from harness.fixture_writer import seal_manifest
-
-    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    manifest["decoding"] = dict(section)
-    manifest["files"]["decoding"] = dict(files)
-    for name in files.values():
-        manifest["sha256"][name] = sha256_file(root / name)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    seal_manifest(root)
 
 
 def encode_words(text: str, vocab: Sequence[str]) -> tuple[int, ...]:

@@ -119,7 +119,8 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
         },
         progress=lambda message: progress(f"parity export: {message}"),
     )
-    from harness.decoding import ONNX_FILE, extend_manifest, write_decoding_files
+    from harness.decoding import ONNX_FILE
+    from harness.decoding_writer import extend_manifest, write_decoding_files
 
     section, files = write_decoding_files(root, weights, config, VOCAB, onnx=with_onnx is True,
                                           progress=lambda message: progress(f"parity export: {message}"))

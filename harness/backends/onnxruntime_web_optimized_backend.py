@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from harness import browser
 from harness.backends.base import Backend, BackendOutput, Precision
-from harness.backends.onnxruntime_web_backend import run_graph
 from harness.errors import BackendFailed
 from harness.onnx_graph import softmax_f32
 
@@ -34,7 +33,7 @@ class OnnxRuntimeWebOptimizedBackend(Backend):
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:
             raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
-        out = run_graph(self, fixture, "logits", "all")
+        out = browser.run_onnx_graph(self.name, fixture, "logits", "all")
         for taps in out.values():
             taps["probs"] = softmax_f32(taps["logits"])
         return out
