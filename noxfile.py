@@ -63,16 +63,24 @@ def tests(session: nox.Session) -> None:
     """
     session.install("-e", ".[test]")
     session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
-    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs,
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", "-m", "not slow", *session.posargs,
                 env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
+
+
+@nox.session(default=False)
+def slow(session: nox.Session) -> None:
+    """The tests marked slow: the lesson's masked/unmasked experiment at full length (about a minute)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "slow", *session.posargs, env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy on the Python, tsc on the TypeScript."""
+    """ruff, mypy and the import-linter layer contracts on the Python, tsc on the TypeScript."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", ".")
     session.run("mypy")
+    session.run("lint-imports")  # the layer contracts in pyproject.toml
     session.run("npm", "ci", "--no-audit", "--no-fund", external=False)
     session.run("npx", "--no-install", "tsc", "-p", "tsconfig.json")
 

@@ -84,6 +84,7 @@ def test_bad_arguments() -> None:
     assert exc.value.code == 2
 
 
+@pytest.mark.slow
 def test_acceptance_full_run(tmp_path: Path) -> None:
     """The lesson's experiment at full length: 4,000 steps per model (about 40 s on 2 cores).
 
