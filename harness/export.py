@@ -249,12 +249,12 @@ def check_goldens(fixture: Fixture, regen: Path, bit_identical: bool, say: Progr
     return problems
 
 
-def check_fixture(root: Path, progress: Progress = print, retrain: bool = True) -> int:
+def check_fixture(root: Path, progress: Progress = print, retrain: bool = True, out: Progress = print) -> int:
     """Regenerate into a temporary directory and compare with the committed fixture at `root`.
 
     Golden files: bit for bit on the platform that made them, else by the cross-platform rule.
     Retrained weights (unless `retrain` is False): bit for bit on the platform that trained them,
-    else the held-out loss within RETRAIN_LOSS_RTOL. Which rule applied is printed.
+    else the held-out loss within RETRAIN_LOSS_RTOL. Which rule applied goes to `progress`, the verdict to `out`.
     """
     fixture = load_fixture(root)
     committed_weights = fixture.weights()
@@ -307,11 +307,11 @@ def check_fixture(root: Path, progress: Progress = print, retrain: bool = True) 
     else:
         problems.append("the fixture lists no ONNX graphs; run `parity export`")
     for p in problems:
-        print(f"parity export --check: FAIL: {p}")
+        out(f"parity export --check: FAIL: {p}")
     if problems:
-        print("parity export --check: the committed fixture is stale; regenerate it with `nox -s fixtures`")
+        out("parity export --check: the committed fixture is stale; regenerate it with `nox -s fixtures`")
         return EXIT_DISAGREE
-    print("parity export --check: OK, the committed fixture is reproducible"
+    out("parity export --check: OK, the committed fixture is reproducible"
           + ("" if retrain else " (golden files, manifest and ONNX graphs; training not re-run)"))
     return EXIT_OK
 

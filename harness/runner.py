@@ -7,7 +7,6 @@ with the float32 golden too (the golden is upcast to float64 for that comparison
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -214,15 +213,11 @@ def run_backend(backend: Backend, fixture: Fixture, precision: Precision) -> tup
                                    lambda: validate_output(backend, fixture, output, supported))
 
 
-def _stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def run_parity(
     fixture: Fixture,
     backends: list[Backend],
     precisions: list[Precision] | None = None,
-    progress: Progress | None = _stderr,
+    progress: Progress | None = None,
     decoding: bool = True,
 ) -> Report:
     """Run every backend in every requested precision it supports, and compare.
