@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if skipped and args.no_skip:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = run_parity(fixture, backends, _precisions(args.precision),
-                        progress=None if args.quiet else _progress)
+                        progress=None if args.quiet else _progress, budget=args.budget or args.json is not None)
     report.skipped = skipped
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     if args.json:
@@ -150,7 +150,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for precision in PRECISIONS:
         fixture.golden(precision)
     fixture.weights()
-    report = compare_dumps(fixture, [Path(p) for p in args.dumps])
+    report = compare_dumps(fixture, [Path(p) for p in args.dumps], budget=args.budget or args.json is not None)
     dumps = ", ".join(f"{run.backend} {run.precision}" for run in report.runs)
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"dumps: {dumps}")

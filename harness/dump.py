@@ -223,7 +223,7 @@ def _load_tensors(path: Path, fixture: Fixture) -> BackendOutput:
     return output
 
 
-def compare_dumps(fixture: Fixture, paths: list[Path]) -> Report:
+def compare_dumps(fixture: Fixture, paths: list[Path], budget: bool = True) -> Report:
     """A Report judging every dump against the fixture's goldens, as `run_parity` judges live backends.
 
     Two dumps of the same backend x precision are refused (exit 2): which one would the verdict be about?
@@ -236,7 +236,7 @@ def compare_dumps(fixture: Fixture, paths: list[Path]) -> Report:
         if key in seen:
             raise DumpError(f"{d.path}: a second dump of {d.backend} {d.precision} (the first is {seen[key]})")
         seen[key] = d.path
-    report = Report(str(fixture.root), fixture_id=fid)
+    report = Report(str(fixture.root), fixture_id=fid, tolerances=fixture.tolerance_summary(), measure_budget=budget)
     for d in dumps:
         report.runs.append(BackendRun(d.backend, d.precision, 0.0, "dump", str(d.path)))
         add_output(report, fixture, d.backend, d.precision, d.output, d.supported)

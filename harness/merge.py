@@ -91,13 +91,17 @@ def merge_reports(paths: list[Path]) -> Report:
     """One Report from the JSON reports of several runs of the same fixture (see the module docstring)."""
     docs = [(p, read_report(p)) for p in paths]
     first_path, first = docs[0]
-    report = Report(str(first.get("fixture", "")), fixture_id=first["fixture_id"])
+    report = Report(str(first.get("fixture", "")), fixture_id=first["fixture_id"], tolerances=_tolerances(first))
     owner: dict[tuple[str, str], Path] = {}
     golden_rows_seen = False
     for path, doc in docs:
         if doc["fixture_id"] != first["fixture_id"]:
             raise MergeError(f"{path}: a report of another fixture (fixture_id {doc['fixture_id'][:19]}..., "
                              f"{first_path} has {first['fixture_id'][:19]}...)")
+        if _tolerances(doc) != report.tolerances:  # the id leaves tolerances out: a shard may not judge looser
+            seals = str(doc.get("manifest_sha256", ""))[:12], report.tolerances["manifest_sha256"][:12]
+            raise MergeError(f"{path}: judged with other tolerances than {first_path} "
+                             f"(manifest_sha256 {seals[0]}... vs {seals[1]}...)")
         runs = [_build(BackendRun, r, path, "runs") for r in _list(doc, "runs", path)]
         for run in runs:
             key = (run.backend, run.precision)
@@ -134,6 +138,12 @@ def merge_reports(paths: list[Path]) -> Report:
     report.skipped = [s for s in report.skipped if not any(s.startswith(f"backend {b!r} ") for b in ran)]
     report.decoding = _merge_decoding(docs)
     return report
+
+
+def _tolerances(doc: dict[str, Any]) -> dict[str, Any]:
+    """The tolerances a report was judged with, as `Fixture.tolerance_summary()` gives them."""
+    return {"tiers": doc.get("tolerances", {}), "loose": list(doc.get("tolerances_loose", [])),
+            "manifest_sha256": str(doc.get("manifest_sha256", ""))}
 
 
 def _merge_decoding(docs: list[tuple[Path, dict[str, Any]]]) -> DecodingReport | None:

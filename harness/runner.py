@@ -59,6 +59,7 @@ class Report:
     divergences: list[FirstDivergence] = field(default_factory=list)
     runs: list[BackendRun] = field(default_factory=list)
     budget: list[BudgetRow] = field(default_factory=list)  # every result against the float64 truth
+    measure_budget: bool = field(default=True, repr=False)  # False: leave `budget` empty (nothing shows it)
     skipped: list[str] = field(default_factory=list)  # registered backends not run: missing dependencies
     tolerances: dict[str, Any] = field(default_factory=dict)  # Fixture.tolerance_summary(): in force, loose
     # What each backend returned, by (backend, precision): {case: {tap: array}}. Not written to JSON.
@@ -219,14 +220,18 @@ def run_parity(
     precisions: list[Precision] | None = None,
     progress: Progress | None = None,
     decoding: bool = True,
+    budget: bool = True,
 ) -> Report:
     """Run every backend in every requested precision it supports, and compare.
+
+    `budget`: also measure every result against the float64 truth (the error budget, `--budget`
+    and the JSON report show it); False skips that work.
 
     Then, unless `decoding` is False, the decoding check of every backend that supports it
     (harness/decode_check.py), when the fixture has decoding goldens.
     """
     wanted = precisions or list(PRECISIONS)
-    report = Report(str(fixture.root), tolerances=fixture.tolerance_summary())
+    report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
     for backend in backends:
         for precision in wanted:
@@ -258,14 +263,16 @@ def add_output(
     report.results += compare_output(name, fixture, precision, output, supported)
     report.outputs[(name, precision)] = output
     report.supported[(name, precision)] = list(supported)
-    report.budget += budget_rows(fixture, name, precision, output, supported)
+    if report.measure_budget:
+        report.budget += budget_rows(fixture, name, precision, output, supported)
 
 
 def finish_report(report: Report, fixture: Fixture) -> None:
     """After every `add_output`: per-tap summaries, first divergences named by axis, the budget's reference rows."""
     report.summaries, report.divergences = summarize(report.results, fixture.tap_names)
     name_divergences(report.divergences, fixture)
-    report.budget = reference_rows(fixture) + report.budget
+    if report.measure_budget:
+        report.budget = reference_rows(fixture) + report.budget
     if not report.fixture_id:
         from harness.fixture_id import fixture_id
 

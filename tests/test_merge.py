@@ -159,3 +159,16 @@ def test_a_report_with_nan_or_a_repeated_key_is_refused(
         proc = run_cli("merge", str(path))
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr, proc.stderr
+
+
+def test_shards_judged_with_other_tolerances_are_refused(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """The fixture id leaves tolerances out (goldens and tolerances may be regenerated): the merge checks them."""
+    doc = json.loads(runs["numpy"][0].read_text())
+    doc["tolerances"]["fp32"]["atol"] = 1e-4
+    loose = tmp_path / "loose.json"
+    loose.write_text(json.dumps(doc))
+    proc = run_cli("merge", str(runs["onnxruntime"][0]), str(loose))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "judged with other tolerances" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
