@@ -69,7 +69,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def slow(session: nox.Session) -> None:
-    """The tests marked slow: the lesson's masked/unmasked experiment at full length (about a minute)."""
+    """The tests marked slow, which train 4,000 steps: the lesson's experiment, export --check with retraining."""
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "slow", *session.posargs, env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
 

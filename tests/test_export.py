@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 from safetensors.numpy import load_file, save_file
 
 from harness.export import make_cases
@@ -47,8 +48,12 @@ def _foreign_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_export_check_passes_on_the_committed_fixture(toy_dir: Path) -> None:
-    """The full check, retraining included, under whichever rules apply on this machine."""
+    """The full check, retraining 4,000 steps included, under whichever rules apply on this machine.
+
+    `nox -s slow` runs it; the retraining rules themselves are tested below on a 50-step model.
+    """
     proc = run_cli("export", "--check", "--fixture", str(toy_dir))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -59,6 +64,17 @@ def test_export_check_passes_on_the_committed_fixture(toy_dir: Path) -> None:
         assert line.endswith(("bit-identical", "within the cross-platform rule")), line
     assert "manifest identical apart from hashes" in out
     assert "OK, the committed fixture is reproducible" in out
+
+
+def test_export_check_without_retraining_passes_on_the_committed_fixture(toy_dir: Path) -> None:
+    proc = run_cli("export", "--check", "--no-retrain", "--fixture", str(toy_dir))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "rule for the golden files: " in out and "retraining skipped (--no-retrain)" in out
+    for precision in ("fp32", "fp64"):
+        line = next(ln for ln in out.splitlines() if f"golden {precision} recomputed" in ln)
+        assert line.endswith(("bit-identical", "within the cross-platform rule")), line
+    assert "OK, the committed fixture is reproducible (golden files, manifest and ONNX graphs" in out
 
 
 def test_a_fixture_made_here_must_be_bit_identical(local_toy: Path) -> None:
