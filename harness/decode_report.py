@@ -62,7 +62,7 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
     if not dec.available:
         return ["decoding: not checked: the fixture has no decoding goldens (no files.decoding in its manifest)"]
     lines = [f"decoding: {len(dec.prompts)} prompts, prefill + {dec.steps} steps each, incremental "
-             "(key/value cache [H, T, d_head] per block) against the full forward; tiers as computed/golden"]
+             "(key/value cache [H, T, d_head] per block) against the full forward"]
     width = max((len(t) for t in dec.taps), default=10)
     for name in dec.prompts:
         seq = dec.sequences.get(name, [])
