@@ -93,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if nothing:
         raise ParityError(nothing)
     for precision in PRECISIONS:
-        fixture.golden(precision)  # validate both golden files before spending time on backends
+        fixture.preload_golden(precision)  # validate both golden files before spending time on backends
     fixture.weights()
     if args.save_outputs:
         from harness.dump import check_writable
@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if skipped and args.no_skip:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = run_parity(fixture, backends, _precisions(args.precision),
-                        progress=None if args.quiet else _progress)
+                        progress=None if args.quiet else _progress, keep_outputs=bool(args.save_outputs))
     report.skipped = skipped
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     if args.json:
@@ -245,12 +245,42 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from harness.export import check_fixture, export_fixture
 
+    if args.preset or args.from_hf:
+        return _export_scaled(args)
+    if args.fixture is None:
+        args.fixture = str(default_fixture_dir())
     if args.check:
         return check_fixture(Path(args.fixture), progress=_progress, retrain=not args.no_retrain)
     if args.steps < 1:
         raise ParityError(f"--steps must be a positive number of training steps, got {args.steps} "
                           "(0 or fewer would write an untrained fixture)")
     export_fixture(Path(args.fixture), steps=args.steps, seed=args.seed, progress=_progress)
+    return EXIT_OK
+
+
+def _export_scaled(args: argparse.Namespace) -> int:
+    """`parity export --preset NAME` or `--from-hf DIR`: a new fixture in --fixture DIR (never the toy's)."""
+    what = f"--preset {args.preset}" if args.preset else "--from-hf"
+    if args.preset and args.from_hf:
+        raise ParityError("give --preset or --from-hf, not both")
+    if args.check:
+        raise ParityError(f"--check is for the committed toy fixture, not {what}")
+    if args.fixture is None:
+        raise ParityError(f"{what} needs --fixture DIR: where to write the fixture (hundreds of MB for gpt2-small)")
+    target = Path(args.fixture)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ParityError(f"--fixture {target}: exists and is not an empty directory; choose a new one")
+    if args.preset:
+        from harness.presets import PRESETS, export_preset
+
+        if args.preset not in PRESETS:
+            raise ParityError(f"unknown preset {args.preset!r} (known: {', '.join(PRESETS)})")
+        export_preset(target, args.preset, seed=args.seed, long=args.long, progress=_progress)
+    else:
+        from harness.hf_import import export_from_hf
+
+        export_from_hf(Path(args.from_hf), target, exact_gelu=args.exact_gelu, long=args.long, progress=_progress)
+    print(f"parity export: wrote {target}; run it with `parity run --fixture {target}`")
     return EXIT_OK
 
 
@@ -387,13 +417,22 @@ def build_parser() -> argparse.ArgumentParser:
     backends.set_defaults(func=cmd_backends)
 
     export = sub.add_parser("export", help="retrain the toy and rewrite the fixture, or --check it")
-    export.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    export.add_argument("--fixture", default=None,
+                        help="fixture directory (default: the toy's; --preset and --from-hf need a new one)")
+    export.add_argument("--preset", metavar="NAME",
+                        help="write a GPT-2-shaped fixture from seeded random weights: gpt2-small or gpt2-mini")
+    export.add_argument("--from-hf", metavar="CHECKPOINT_DIR",
+                        help="write a fixture from a local Hugging Face GPT-2 checkpoint (config.json, model.safetensors)")
+    export.add_argument("--exact-gelu", action="store_true",
+                        help="with --from-hf: take a checkpoint made for gelu_new (tanh) and run it with the exact GELU")
+    export.add_argument("--long", action="store_true",
+                        help="with --preset/--from-hf: add a case of the full context (1,024 tokens for gpt2-small)")
     export.add_argument("--check", action="store_true",
                         help="regenerate into a temporary directory and compare with the committed fixture")
     export.add_argument("--no-retrain", action="store_true",
                         help="with --check: check the golden files, manifest and ONNX graphs, but do not retrain")
     export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
-    export.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
+    export.add_argument("--seed", type=int, default=0, help="training seed, or the preset's weights seed (default: 0)")
     export.set_defaults(func=cmd_export)
 
     seal = sub.add_parser("seal", help="re-seal a fixture's manifest after a reviewed edit (manifest_sha256)")

@@ -34,6 +34,7 @@ from reference.taps import tap_shape_template
 FORMAT_NAME = "parity-fixture"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
 DTYPES: dict[Precision, type[np.floating[Any]]] = {"fp32": np.float32, "fp64": np.float64}
 
 
@@ -61,7 +62,11 @@ class TierTolerances:
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:  # in chunks: a GPT-2-sized file is hundreds of MB
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def frozen(array: np.ndarray) -> np.ndarray:
@@ -98,6 +103,8 @@ class Fixture:
         self.vocab: list[str] = self._parse_vocab()
         self.cases: list[Case] = self._parse_cases()
         self.tap_names: list[str] = self._parse_taps()
+        # Taps whose golden keeps only the last positions ("rows", docs/fixture-format.md).
+        self.tap_rows: dict[str, int] = {t["name"]: t["rows"] for t in manifest["taps"] if "rows" in t}
         self.loose: list[str] = []  # tolerances beyond their ceiling (only with allow_loose_tolerances)
         self.tolerances: dict[Precision, TierTolerances] = {p: self._parse_tolerances(p) for p in PRECISIONS}
         self.files: dict[str, Any] = self._require(manifest, "files", dict)
@@ -105,6 +112,7 @@ class Fixture:
         self._check_hashes()
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
+        self._validated: set[Precision] = set()  # golden files checked by `validate_golden`
 
     # -- manifest parsing -------------------------------------------------------------------
     def _fail(self, what: str) -> FixtureError:
@@ -278,6 +286,101 @@ class Fixture:
 
         return tap_shape(self.config, tap, len(case.tokens))
 
+    def golden_shape(self, tap: str, case: Case) -> tuple[int, ...]:
+        """The shape the golden holds: `tap_shape`, cut to the last `rows` positions when the tap has rows."""
+        shape = self.tap_shape(tap, case)
+        rows = self.tap_rows.get(tap)
+        if rows is None:
+            return shape
+        axis = row_axis(self.manifest_tap_template(tap))
+        return tuple(min(rows, s) if i == axis else s for i, s in enumerate(shape))
+
+    def manifest_tap_template(self, tap: str) -> list[int | str]:
+        return tap_shape_template(self.config, tap)
+
+    def select_rows(self, tap: str, case: Case, array: np.ndarray) -> np.ndarray:
+        """A backend's full-length result of a tap with rows, cut as the golden is; anything else unchanged."""
+        rows = self.tap_rows.get(tap)
+        if rows is None or not isinstance(array, np.ndarray) or array.shape != self.tap_shape(tap, case):
+            return array
+        axis = row_axis(self.manifest_tap_template(tap))
+        index = [slice(None)] * array.ndim
+        index[axis] = slice(-rows, None)
+        return array[tuple(index)]
+
+    def lens_rows(self) -> int | None:
+        """The rows kept of `probs` and every `logit_lens.k` when they all agree (else None: compute all)."""
+        lens = ["probs", *(t for t in self.tap_names if t.startswith("logit_lens."))]
+        rows = {self.tap_rows.get(t) for t in lens}
+        return rows.pop() if len(rows) == 1 else None
+
+    def _golden_tensor(self, path: Path, f: Any, precision: Precision, case: Case, tap: str) -> np.ndarray:
+        """One golden tensor read from an open safetensors file, checked: shape, dtype, no NaN."""
+        key = f"{case.name}/{tap}"
+        try:
+            t = f.get_tensor(key)
+        except Exception:  # safetensors raises its own error type for a missing key
+            raise FixtureError(f"{path}: missing golden tensor {key!r}") from None
+        shape = self.golden_shape(tap, case)
+        if t.dtype != DTYPES[precision]:
+            raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(DTYPES[precision])}")
+        if t.shape != shape:
+            raise FixtureError(f"{path}: golden tensor {key!r} has shape {list(t.shape)}, expected {list(shape)}")
+        if np.isnan(t).any():
+            raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
+        return t  # type: ignore[no-any-return]
+
+    def _open_golden(self, precision: Precision) -> tuple[Path, Any]:
+        from safetensors import SafetensorError, safe_open
+
+        path = self.golden_path(precision)
+        try:
+            return path, safe_open(str(path), framework="numpy")
+        except FileNotFoundError:
+            raise FixtureError(f"{path}: file not found") from None
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:
+            raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
+
+    def preload_golden(self, precision: Precision) -> None:
+        """Before any backend runs: read and check a tier's golden file, keeping it in memory when it is
+        at most LAZY_GOLDEN_BYTES (the toy), else checking it tensor by tensor and reading each case
+        again when it is compared (a GPT-2-sized fixture: memory bounded by one case)."""
+        if self.golden_path(precision).stat().st_size <= LAZY_GOLDEN_BYTES:
+            self.golden(precision)
+        else:
+            self.validate_golden(precision)
+
+    def validate_golden(self, precision: Precision) -> None:
+        """Check a golden file as `golden` does, one tensor at a time (nothing is kept): keys, shapes,
+        dtypes, no NaN, and the per-tap overrides against their ceilings. Done once per tier."""
+        if precision in self._validated or precision in self._golden:
+            return
+        path, f = self._open_golden(precision)
+        keys = set(f.keys())
+        expected = {f"{c.name}/{t}" for c in self.cases for t in self.tap_names}
+        extra = sorted(keys - expected)
+        if extra:
+            raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+        magnitude: dict[str, float] = {}
+        for case in self.cases:
+            for tap in self.tap_names:
+                t = self._golden_tensor(path, f, precision, case, tap)
+                if tap in self.tolerances[precision].overrides:
+                    finite = np.abs(t[np.isfinite(t)]).max(initial=0.0)
+                    magnitude[tap] = max(magnitude.get(tap, 0.0), float(finite))
+        for tap, tol in self.tolerances[precision].overrides.items():
+            self._loose(override_problems(precision, tap, tol.atol, tol.rtol, magnitude.get(tap, 0.0)))
+        self._validated.add(precision)
+
+    def golden_case(self, precision: Precision, case: str) -> dict[str, np.ndarray]:
+        """One case's golden taps {tap: read-only array}, read lazily from the file (nothing cached)."""
+        if precision in self._golden:
+            return dict(self._golden[precision][case])
+        self.validate_golden(precision)
+        path, f = self._open_golden(precision)
+        c = self.case(case)
+        return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
+
     def weights(self) -> dict[str, np.ndarray]:
         """The float32 parameters under Hugging Face names, checked against the config."""
         if self._weights is None:
@@ -314,7 +417,7 @@ class Fixture:
                     if key not in tensors:
                         raise FixtureError(f"{path}: missing golden tensor {key!r}")
                     t = tensors[key]
-                    shape = self.tap_shape(tap, case)
+                    shape = self.golden_shape(tap, case)
                     if t.dtype != dtype:
                         raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(dtype)}")
                     if t.shape != shape:
@@ -334,7 +437,7 @@ class Fixture:
     def for_backend(self) -> Fixture:
         """A private copy for a backend: its own manifest, cases, taps, tolerances; the same read-only arrays."""
         clone = copy.copy(self)
-        for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tolerances", "loose"):
+        for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tap_rows", "tolerances", "loose"):
             setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
         clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
         clone._weights = dict(self._weights) if self._weights is not None else None
@@ -349,6 +452,11 @@ class Fixture:
             "loose": list(self.loose),
             "manifest_sha256": self.seal,
         }
+
+
+def row_axis(template: list[int | str]) -> int:
+    """The axis "rows" cuts: the tap's first "T" (its query position for attention taps)."""
+    return template.index("T")
 
 
 def load_fixture(root: str | Path, allow_loose_tolerances: bool = False) -> Fixture:

@@ -5,6 +5,12 @@ A backend computes every case of a fixture in one precision and returns
 the manifest's shape and the precision's dtype (float32 for "fp32", float64 for "fp64"). A tap it
 cannot produce is left out of `supported_taps` and reported "not supported", never silently
 missing. Heavy imports (torch, onnxruntime, ...) happen inside `run`, never at import time.
+
+Two optional additions, for fixtures of GPT-2 size: a backend that sets `streams = True` also
+defines `run_cases`, a generator of `(case name, {tap: array})` in the fixture's case order, and the
+harness compares and drops each case as it comes (memory bounded by one case); `declines` returns
+a reason to not run at all on a fixture (e.g. too big for a pure-Python interpreter), reported once
+as "not supported".
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import importlib.util
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import numpy as np
 
     from harness.fixture import Fixture
@@ -38,6 +46,7 @@ class Backend:
     precisions: ClassVar[tuple[Precision, ...]] = ()  # what it computes in: ("fp32",), ("fp64",) or both
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs, checked before running
     install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity[onnx]'"
+    streams: ClassVar[bool] = False  # True: `run_cases` yields one case at a time (the harness uses it)
 
     def missing_dependencies(self) -> list[str]:
         """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""
@@ -50,3 +59,11 @@ class Backend:
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         """Every case of `fixture` in `precision`: {case: {tap: array}}."""
         raise NotImplementedError
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        """Optional, with `streams = True`: yield (case name, {tap: array}) for every case, in order."""
+        yield from self.run(fixture, precision).items()
+
+    def declines(self, fixture: Fixture) -> str | None:
+        """Why this backend does not run on `fixture` at all (reported once as not supported), or None."""
+        return None

@@ -14,6 +14,7 @@ and every intermediate stays in that dtype. Two details keep float64 at round-of
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -139,8 +140,12 @@ def unembed(x: np.ndarray, params: Params, config: GPTConfig, taps: Taps, name: 
     return logits
 
 
-def forward(params: Params, config: GPTConfig, tokens: list[int]) -> Taps:
-    """The whole pass for one sequence: every tap, in dataflow order, in the parameters' dtype."""
+def forward(params: Params, config: GPTConfig, tokens: list[int], lens_rows: int | None = None) -> Taps:
+    """The whole pass for one sequence: every tap, in dataflow order, in the parameters' dtype.
+
+    `lens_rows`: `probs` and the logit lens for the last min(T, lens_rows) positions only (the
+    fixture's "rows" of those taps, docs/fixture-format.md); None: every position.
+    """
     taps: Taps = {}
     T = len(tokens)
     wte = params["wte.weight"]  # (V, d)
@@ -158,9 +163,10 @@ def forward(params: Params, config: GPTConfig, tokens: list[int]) -> Taps:
         streams.append(x)
     logits = unembed(x, params, config, taps, "ln_final")  # (T, V)
     taps["logits"] = logits
-    taps["probs"] = softmax(logits)  # (T, V)
+    last = slice(None) if lens_rows is None else slice(-lens_rows, None)  # the positions kept
+    taps["probs"] = softmax(logits[last])  # (T or rows, V)
     for k, stream in enumerate(streams):  # the logit lens: read stream k as if it were the last
-        taps[f"logit_lens.{k}"] = softmax(unembed(stream, params, config, {}, ""))  # (T, V)
+        taps[f"logit_lens.{k}"] = softmax(unembed(stream[last], params, config, {}, ""))  # (T or rows, V)
     return taps
 
 
@@ -173,11 +179,16 @@ class NumpyBackend(Backend):
     requires = ("numpy",)
     install_hint = "pip install numpy"
 
+    streams = True  # one case at a time (`run_cases`): memory bounded by one case
+
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         config, dtype = fixture.config, DTYPES[precision]
         # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
         params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
-        out: BackendOutput = {}
+        lens_rows = fixture.lens_rows()  # the positions the fixture keeps of probs and the lens
         for case in fixture.cases:
             tokens = list(case.tokens)
             # Bad input is a ParityError with one clear line, never an IndexError or garbage numbers.
@@ -188,6 +199,5 @@ class NumpyBackend(Backend):
                 raise FixtureError(
                     f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})"
                 )
-            taps = forward(params, config, tokens)
-            out[case.name] = {tap: taps[tap] for tap in self.supported_taps(fixture)}
-        return out
+            taps = forward(params, config, tokens, lens_rows)
+            yield case.name, {tap: taps[tap] for tap in self.supported_taps(fixture)}

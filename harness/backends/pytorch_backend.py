@@ -6,22 +6,24 @@ computed in float64: this is what the fp64 golden file holds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar, TypeAlias
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+import numpy as np
 
 from harness.backends.base import Backend, BackendOutput, Precision
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import numpy as np
     import torch
 
     from harness.fixture import Case, Fixture
     from reference.config import GPTConfig
 
     # reference.model.run_with_taps, or a patched copy of it: (params, config, tokens) -> {tap: tensor}
-    RunWithTaps: TypeAlias = Callable[[Mapping[str, torch.Tensor], GPTConfig, list[int]], dict[str, torch.Tensor]]
+    # (params, config, tokens[, lens_rows]) -> {tap: tensor}
+    RunWithTaps: TypeAlias = Callable[..., dict[str, torch.Tensor]]
 
 
 class PyTorchBackend(Backend):
@@ -31,28 +33,49 @@ class PyTorchBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("torch",)
     install_hint: ClassVar[str] = "pip install 'parity[torch]'"
 
+    streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
+
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision)
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        params = reference_params(fixture.weights(), precision)
+        lens_rows = fixture.lens_rows()
+        for case in fixture.cases:
+            yield case.name, dict(reference_taps(params, fixture.config, [case], precision, lens_rows=lens_rows,
+                                                 cast=False)[case.name])
+
+
+def reference_params(weights: Mapping[str, np.ndarray], precision: Precision) -> dict[str, torch.Tensor]:
+    """The float32 weights as torch tensors of the precision's dtype (upcast once for fp64)."""
+    import torch
+
+    dtype = torch.float32 if precision == "fp32" else torch.float64
+    return {k: torch.from_numpy(np.array(v, copy=True)).to(dtype) for k, v in weights.items()}
 
 
 def reference_taps(
-    weights: Mapping[str, np.ndarray], config: GPTConfig, cases: Sequence[Case], precision: Precision,
-    run_with_taps: RunWithTaps | None = None,
+    weights: Mapping[str, Any], config: GPTConfig, cases: Sequence[Case], precision: Precision,
+    run_with_taps: RunWithTaps | None = None, lens_rows: int | None = None, cast: bool = True,
 ) -> BackendOutput:
     """Every tap of every case from reference/model.py: {case: {tap: array}}; also what the golden files hold.
 
     `run_with_taps` replaces `reference.model.run_with_taps` (the self-test runs patched copies of it).
+    `lens_rows`: probs and the logit lens for the last positions only. `cast=False`: `weights` are
+    already torch tensors of the precision's dtype (`reference_params`).
     """
     import torch
 
     from reference import model
 
     compute = run_with_taps or model.run_with_taps
-    dtype = torch.float32 if precision == "fp32" else torch.float64
     torch.set_num_threads(1)  # bit-reproducible reductions
-    params = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in weights.items()}
+    params: Any = reference_params(weights, precision) if cast else weights
     out: BackendOutput = {}
     for case in cases:
-        taps = compute(params, config, list(case.tokens))  # contiguous copies, one per tap
+        if lens_rows is None:
+            taps = compute(params, config, list(case.tokens))  # contiguous copies, one per tap
+        else:
+            taps = compute(params, config, list(case.tokens), lens_rows)
         out[case.name] = {tap: t.numpy() for tap, t in taps.items()}
     return out
