@@ -422,9 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--preset", metavar="NAME",
                         help="write a GPT-2-shaped fixture from seeded random weights: gpt2-small or gpt2-mini")
     export.add_argument("--from-hf", metavar="CHECKPOINT_DIR",
-                        help="write a fixture from a local Hugging Face GPT-2 checkpoint (config.json, model.safetensors)")
+                        help="write a fixture from a local Hugging Face GPT-2 checkpoint "
+                             "(config.json, model.safetensors)")
     export.add_argument("--exact-gelu", action="store_true",
-                        help="with --from-hf: take a checkpoint made for gelu_new (tanh) and run it with the exact GELU")
+                        help="with --from-hf: take a checkpoint made for gelu_new (tanh) and run it with "
+                             "the exact GELU")
     export.add_argument("--long", action="store_true",
                         help="with --preset/--from-hf: add a case of the full context (1,024 tokens for gpt2-small)")
     export.add_argument("--check", action="store_true",

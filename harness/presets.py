@@ -103,7 +103,7 @@ def scaled_tolerances(goldens: Mapping[Precision, Mapping[str, Mapping[str, np.n
                 a = case_taps[tap]
                 finite = a[np.isfinite(a)]
                 magnitude = max(magnitude, float(np.abs(finite).max()) if finite.size else 0.0)
-            atol = SCALED_C[precision] * EPS[precision] * max(magnitude, np.finfo(np.float32).tiny)
+            atol = SCALED_C[precision] * EPS[precision] * max(magnitude, float(np.finfo(np.float32).tiny))
             overrides[tap] = {"atol": float(f"{atol:.3e}"), "rtol": 0.0}
         tolerances[precision]["overrides"] = overrides
     return tolerances
@@ -122,7 +122,8 @@ def write_scaled_fixture(root: Path, config: GPTConfig, weights: dict[str, np.nd
     rows = lens_tap_rows(config)
     goldens: dict[Precision, Any] = {}
     for precision in PRECISIONS:
-        progress(f"golden {precision} taps for {len(cases)} cases (lengths {', '.join(str(len(c.tokens)) for c in cases)})")
+        lengths = ", ".join(str(len(c.tokens)) for c in cases)
+        progress(f"golden {precision} taps for {len(cases)} cases (lengths {lengths})")
         goldens[precision] = reference_taps(weights, config, cases, precision, lens_rows=LENS_ROWS)
     write_fixture_files(
         root, config=config, vocab=vocab, cases=cases, weights=weights, golden=goldens, onnx=with_onnx,

@@ -1,7 +1,8 @@
 """The TypeScript backend: Node runs `ts_model/run.ts`, the float64 port of the reference model.
 
-`node ts_model/run.ts FIXTURE_DIR OUT.safetensors` writes every tap of every case in float64 under
-"{case}/{tap}"; this class starts it in a temporary directory and reads the file back.
+`node ts_model/run.ts FIXTURE_DIR OUT.safetensors --per-case` writes every tap of each case in float64
+under "{case}/{tap}", one file per case (OUT.safetensors.{i}); this class starts it in a temporary
+directory and reads the files back one case at a time (`run_cases`), deleting each once read.
 
 Which Node (the first that exists):
 1. `PARITY_NODE`: a path to a Node executable, taken as is (no version check);
@@ -10,7 +11,8 @@ Which Node (the first that exists):
 3. `node` on PATH, if it can run TypeScript (type stripping on by default: Node >= 22.18 on the
    22 line, >= 23.6 after).
 Other settings: `PARITY_TS_DIR` (a directory holding run.ts and model.ts, default `ts_model/` of the
-checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds, default 120).
+checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds, default 120 plus
+2 s per million parameters).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import math
 import os
 import re
 import shutil
@@ -32,9 +35,11 @@ from harness.errors import BackendFailed, BackendUnavailable, FixtureError
 from harness.resources import ts_model_dir
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import numpy as np
 
-    from harness.fixture import Fixture
+    from harness.fixture import Case, Fixture
 
 DEFAULT_TIMEOUT_S = 120.0
 INSTALL_HINT = "pip install 'parity[node]'"
@@ -99,11 +104,17 @@ def find_node() -> str:
     return on_path
 
 
-def timeout_seconds() -> float:
-    """PARITY_NODE_TIMEOUT in seconds (default 120); BackendFailed if it is not a positive number."""
+def timeout_seconds(fixture: Fixture | None = None) -> float:
+    """PARITY_NODE_TIMEOUT in seconds (default 120, plus 2 s per million parameters of the fixture's
+    model: 370 s for GPT-2 small); BackendFailed if it is not a positive number."""
     raw = os.environ.get("PARITY_NODE_TIMEOUT", "")
     if not raw:
-        return DEFAULT_TIMEOUT_S
+        if fixture is None:
+            return DEFAULT_TIMEOUT_S
+        from reference.config import param_shapes
+
+        n_params = sum(math.prod(shape) for shape in param_shapes(fixture.config).values())
+        return DEFAULT_TIMEOUT_S + 2.0 * n_params / 1e6
     try:
         value = float(raw)
     except ValueError:
@@ -152,29 +163,38 @@ class TypeScriptBackend(Backend):
             return [f"{ts_dir() / 'run.ts'} (set PARITY_TS_DIR to a directory holding run.ts)"]
         return []
 
+    streams: ClassVar[bool] = True  # run.ts --per-case: one file per case, read and dropped one at a time
+
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         if precision != "fp64":
             raise BackendFailed(f"typescript computes in float64 only, not {precision}")
         node = find_node()
         script = ts_dir() / "run.ts"
         if not script.is_file():
             raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding run.ts)")
-        timeout = timeout_seconds()
+        timeout = timeout_seconds(fixture)
         with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
             out_path = Path(tmp) / "taps.safetensors"
-            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path)]
+            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path), "--per-case"]
             stderr = self._run_node(args, tmp, timeout, script)
-            if not out_path.is_file():
-                raise BackendFailed(
-                    f"typescript: {script.name} exited 0 but wrote no output ({_last_line(stderr)})"
-                )
             from harness.fixture import read_safetensors
 
-            try:
-                tensors = read_safetensors(out_path)
-            except FixtureError as exc:
-                raise BackendFailed(f"typescript: unreadable output: {exc}") from None
-        return self._split(fixture, tensors)
+            for i, case in enumerate(fixture.cases):
+                path = out_path.with_name(f"{out_path.name}.{i}")
+                if not path.is_file():
+                    raise BackendFailed(
+                        f"typescript: {script.name} exited 0 but wrote no output for case {case.name!r} "
+                        f"({_last_line(stderr)})"
+                    )
+                try:
+                    tensors = read_safetensors(path)
+                except FixtureError as exc:
+                    raise BackendFailed(f"typescript: unreadable output: {exc}") from None
+                path.unlink()
+                yield case.name, self._split(fixture, tensors, [case])[case.name]
 
     @staticmethod
     def _run_node(args: list[str], cwd: str, timeout: float, script: Path) -> str:
@@ -214,10 +234,10 @@ class TypeScriptBackend(Backend):
         return stderr
 
     @staticmethod
-    def _split(fixture: Fixture, tensors: dict[str, np.ndarray]) -> BackendOutput:
+    def _split(fixture: Fixture, tensors: dict[str, np.ndarray], cases: list[Case] | None = None) -> BackendOutput:
         """{case: {tap: array}} in the fixture's order; BackendFailed if a tensor is missing."""
         out: BackendOutput = {}
-        for case in fixture.cases:
+        for case in fixture.cases if cases is None else cases:
             out[case.name] = {}
             for tap in fixture.tap_names:
                 key = f"{case.name}/{tap}"
