@@ -25,6 +25,8 @@ from harness.resources import CHECKOUT_DIR
 if TYPE_CHECKING:
     import numpy as np
 
+    from harness.fixture import Fixture
+
 DRIVER = CHECKOUT_DIR / "ts_model" / "browser" / "run-browser.mts"  # a source checkout only: not in the wheel
 DEFAULT_TIMEOUT_S = 120.0
 GRACE_S = 15.0  # after the driver's own deadline, before its process group is killed
@@ -116,3 +118,14 @@ def run_to_file(
         except (FixtureError, OSError, ValueError) as exc:
             raise BackendFailed(f"{who}: unreadable output: {exc}") from None
     return tensors, metadata
+
+
+BROWSER_LIMIT = 10_000_000  # parameters: a browser tab holds the model, its taps and the goldens in memory
+
+
+def declines_big(fixture: Fixture) -> str | None:
+    """The browser backends' `declines`: a GPT-2-sized model does not fit the page's in-memory design."""
+    from harness.backends.base import too_big
+
+    return too_big(fixture, BROWSER_LIMIT, "the browser page keeps the weights, every tap and both golden files "
+                   "in one tab's memory (a GPT-2-small fixture is ~1.5 GB of files)")

@@ -16,6 +16,7 @@ as "not supported".
 from __future__ import annotations
 
 import importlib.util
+import math
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 if TYPE_CHECKING:
@@ -36,6 +37,19 @@ def module_available(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):  # find_spec("a.b") raises ModuleNotFoundError when `a` is missing
         return False
+
+
+def parameter_count(fixture: Fixture) -> int:
+    """How many parameters the fixture's model has (from its config; no file is read)."""
+    from reference.config import param_shapes
+
+    return sum(math.prod(shape) for shape in param_shapes(fixture.config).values())
+
+
+def too_big(fixture: Fixture, limit: int, why: str) -> str | None:
+    """A `declines` reason when the fixture's model has more than `limit` parameters, else None."""
+    n = parameter_count(fixture)
+    return f"declined above {limit:,} parameters (this model has {n:,}): {why}" if n > limit else None
 
 
 class Backend:
