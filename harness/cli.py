@@ -95,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for precision in PRECISIONS:
         fixture.preload_golden(precision)  # validate both golden files before spending time on backends
     fixture.weights()
+    fixture.release_weights()  # checked; a GPT-2-sized copy is not kept while the backends run
     if args.save_outputs:
         from harness.dump import check_writable
 

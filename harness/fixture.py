@@ -81,7 +81,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     try:
-        return dict(load_file(str(path)))
+        # pread, not mmap: a mapped file's touched pages count in the process's RSS until it is closed.
+        return dict(load_file(str(path), backend="pread"))
     except FileNotFoundError:
         raise FixtureError(f"{path}: file not found") from None
     except (SafetensorError, OSError, ValueError, TypeError) as exc:
@@ -335,7 +336,7 @@ class Fixture:
 
         path = self.golden_path(precision)
         try:
-            return path, safe_open(str(path), framework="numpy")
+            return path, safe_open(str(path), framework="numpy", backend="pread")
         except FileNotFoundError:
             raise FixtureError(f"{path}: file not found") from None
         except (SafetensorError, OSError, ValueError, TypeError) as exc:
@@ -400,8 +401,15 @@ class Fixture:
             extra = sorted(set(tensors) - set(expected))
             if extra:
                 raise FixtureError(f"{path}: unexpected tensor(s) {', '.join(map(repr, extra))}")
-            self._weights = {name: frozen(tensors[name]) for name in expected}
+            # One tensor at a time (pop), so the file's arrays and their frozen copies are never all alive.
+            self._weights = {name: frozen(tensors.pop(name)) for name in expected}
         return dict(self._weights)  # a fresh dict of read-only arrays: nobody can change the harness's
+
+    def release_weights(self) -> None:
+        """Forget the weights read by `weights()` when the file is large (each backend reads its own copy
+        then, and frees it when it is done): the harness itself holds no GPT-2-sized arrays while backends run."""
+        if self.weights_path.stat().st_size > LAZY_GOLDEN_BYTES:
+            self._weights = None
 
     def golden(self, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
         """The reference taps {case: {tap: array}} of one tier, checked: every key, shape, dtype, no NaN."""

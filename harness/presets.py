@@ -31,7 +31,7 @@ from reference.taps import tap_names
 EPS: dict[Precision, float] = {"fp32": float(np.finfo(np.float32).eps), "fp64": float(np.finfo(np.float64).eps)}
 # c in atol = c * eps * M_tap, per tier: measured on gpt2-small (every built-in backend against the
 # goldens, in eps * M_tap units; the table and the headroom are in docs/tolerances.md).
-SCALED_C: dict[Precision, float] = {"fp32": 64.0, "fp64": 256.0}
+SCALED_C: dict[Precision, float] = {"fp32": 64.0, "fp64": 512.0}
 LENS_ROWS = 4  # the last positions kept of probs and of every logit_lens.k ([T, V] taps)
 INIT_STD = 0.02  # GPT-2's initialization
 

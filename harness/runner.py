@@ -162,13 +162,14 @@ def compare_case(
     name: str, fixture: Fixture, precision: Precision, case: Case, taps: dict[str, np.ndarray],
     supported: list[str], goldens: dict[Precision, dict[str, np.ndarray]],
 ) -> dict[Precision, list[CheckResult]]:
-    """One case of one output, every tap in every tier it is compared in: {tier: results in dataflow order}.
+    """One case of one output, every tap in every tier of `goldens` (the tiers it is compared in, or
+    some of them): {tier: results in dataflow order}.
 
     `goldens[tier]` is the case's golden taps of that tier. A tap the golden keeps only the last
     positions of ("rows") is cut the same way when the backend returned every position.
     """
     out: dict[Precision, list[CheckResult]] = {}
-    for golden_tier in tiers_for(precision):
+    for golden_tier in [t for t in tiers_for(precision) if t in goldens]:
         golden = goldens[golden_tier]
         tolerances = fixture.tolerances[golden_tier]
         results = out.setdefault(golden_tier, [])
@@ -262,7 +263,10 @@ def backend_cases(
             got = one_line(repr(item[0] if isinstance(item, tuple) and item else item))[:80]
             raise BackendFailed(f"backend {name!r}: run_cases yielded {got} where case {case.name!r} "
                                 "was due (one (case name, taps) pair per case, in the fixture's order)")
-        yield case, checked_case_taps(name, case.name, item[1], declared)
+        checked = checked_case_taps(name, case.name, item[1], declared)
+        del item  # the backend's own arrays: only the checked copy stays alive while it is compared
+        yield case, checked
+        del checked
     extra = call_backend(name, f"run ({precision})", lambda: next(cases, _END))
     if extra is not _END:
         raise BackendFailed(f"backend {name!r}: run_cases yielded more cases than the fixture has")
@@ -324,12 +328,17 @@ class CaseJudge:
         self.budget = BudgetAccumulator(name, precision, fixture.tap_names, supported)
 
     def add(self, case: Case, taps: dict[str, np.ndarray]) -> None:
-        goldens = {tier: self.fixture.golden_case(tier, case.name) for tier in self.by_tier}
-        for tier, results in compare_case(self.name, self.fixture, self.precision, case, taps, self.supported,
-                                          goldens).items():
-            self.by_tier[tier] += results
-        truth = goldens.get("fp64") or self.fixture.golden_case("fp64", case.name)
-        self.budget.add_case(case.name, {t: self.fixture.select_rows(t, case, a) for t, a in taps.items()}, truth)
+        """Compare one case in each tier, one golden tier in memory at a time, and add it to the budget."""
+        cut = {t: self.fixture.select_rows(t, case, a) for t, a in taps.items()}
+        if "fp64" not in self.by_tier:  # the budget's truth is the float64 golden in any case
+            self.budget.add_case(case.name, cut, self.fixture.golden_case("fp64", case.name))
+        for tier in self.by_tier:
+            golden = self.fixture.golden_case(tier, case.name)
+            self.by_tier[tier] += compare_case(self.name, self.fixture, self.precision, case, taps, self.supported,
+                                               {tier: golden})[tier]
+            if tier == "fp64":
+                self.budget.add_case(case.name, cut, golden)
+            del golden
 
     def finish(self, report: Report) -> None:
         report.results += [r for results in self.by_tier.values() for r in results]

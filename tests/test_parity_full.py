@@ -22,7 +22,11 @@ BUILTIN_PRECISIONS = {
     "typescript-browser": {"fp64"},
     "onnxruntime-web": {"fp32"},
     "onnxruntime-web-optimized": {"fp32"},
+    "hf-transformers": {"fp32", "fp64"},
 }
+# Taps transformers' GPT-2 computes inside a fused call, never exposed (harness/backends/hf_transformers_backend.py).
+HF_UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized",
+                "attn.hook_attn_scores", "ln_final.hook_scale", "ln_final.hook_normalized")
 
 
 def builtin_backends() -> set[str]:
@@ -58,6 +62,8 @@ def test_full_parity_run_every_builtin_backend_agrees(toy_dir: Path, tmp_path: P
         assert len(rows) == len(tiers) * len(taps) * n_cases
         if backend in ("onnxruntime-optimized", "onnxruntime-web-optimized"):
             assert taps == {"logits", "probs"}
+        elif backend == "hf-transformers":
+            assert taps == {t["name"] for t in manifest["taps"] if not t["name"].endswith(HF_UNEXPOSED)}
         else:
             assert taps == {t["name"] for t in manifest["taps"]}, backend
     fp64 = [r for r in report["results"] if r["golden"] == "fp64"]

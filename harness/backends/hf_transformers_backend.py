@@ -58,7 +58,7 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     from reference.model import sinusoidal_positions
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
-    state = {f"transformer.{k}": torch.from_numpy(np.array(v, copy=True)).to(dtype) for k, v in weights.items()}
+    state = {f"transformer.{k}": torch.tensor(v, dtype=dtype) for k, v in weights.items()}  # one copy each
     if config.positions == "sinusoidal":
         state["transformer.wpe.weight"] = sinusoidal_positions(config.n_ctx, config.d_model, dtype)  # (n_ctx, d)
     with torch.device("meta"):  # no random initialization of 124M parameters that are replaced anyway
@@ -97,6 +97,7 @@ class HFTransformersBackend(Backend):
 
         config = fixture.config
         model = hf_model(fixture.weights(), config, precision)
+        fixture.release_weights()  # the model holds its own copy
         wanted = set(self.supported_taps(fixture))
         lens_rows = fixture.lens_rows()
         H, dh = config.n_head, config.d_head

@@ -188,6 +188,7 @@ class NumpyBackend(Backend):
         config, dtype = fixture.config, DTYPES[precision]
         # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
         params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
+        fixture.release_weights()  # a GPT-2-sized fixture's float32 copy is not kept once cast
         lens_rows = fixture.lens_rows()  # the positions the fixture keeps of probs and the lens
         for case in fixture.cases:
             tokens = list(case.tokens)

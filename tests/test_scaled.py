@@ -1,0 +1,171 @@
+"""GPT-2-shaped fixtures through the same code path as gpt2-small, at toy size (the gpt2-mini preset).
+
+- every built-in backend passes a generated fixture (rows, per-tap tolerances, streaming);
+- a weight perturbed in block 7 is reported at block 7;
+- the per-tap tolerances are c * eps * M_tap, within their ceilings; rows are in the manifest;
+- a Hugging Face checkpoint made with transformers' save_pretrained becomes a fixture (`--from-hf`),
+  and a gelu_new checkpoint is refused unless --exact-gelu;
+- a streaming backend that yields the wrong case, or stops early, is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from harness.backends.base import Backend, Precision
+from harness.errors import BackendFailed, FixtureError
+from harness.fixture import load_fixture
+from harness.fixture_writer import seal_manifest
+from harness.presets import EPS, LENS_ROWS, SCALED_C, export_preset
+from harness.runner import run_parity
+from tests.conftest import run_cli
+from tests.test_parity_full import BUILTIN_PRECISIONS
+
+
+@pytest.fixture(scope="session")
+def mini_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`parity export --preset gpt2-mini` (8 blocks, learned positions, both ONNX graphs), once per session."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    root = tmp_path_factory.mktemp("mini") / "fixture"
+    export_preset(root, "gpt2-mini", seed=3, progress=lambda _m: None)
+    return root
+
+
+def test_every_builtin_backend_passes_a_generated_fixture(mini_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    names = ",".join(sorted(BUILTIN_PRECISIONS))
+    proc = run_cli("run", "--fixture", str(mini_dir), "--backends", names, "--json", str(out), "-q")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    ran = {(r["backend"], r["precision"]) for r in report["runs"] if r["status"] == "ran"}
+    assert ran == {(b, p) for b, ps in BUILTIN_PRECISIONS.items() for p in ps}
+    assert report["passed"] is True and report["counts"]["failed"] == 0
+    # The [T, V] taps were compared on their last LENS_ROWS positions, as the golden keeps them.
+    manifest = json.loads((mini_dir / "manifest.json").read_text())
+    rows = {t["name"]: t.get("rows") for t in manifest["taps"]}
+    assert rows["probs"] == LENS_ROWS and rows["logit_lens.0"] == LENS_ROWS and rows["logits"] is None
+
+
+def test_scaled_tolerances_are_c_eps_m_per_tap(mini_dir: Path) -> None:
+    fixture = load_fixture(mini_dir)
+    for tier in ("fp32", "fp64"):
+        overrides = fixture.tolerances[tier].overrides  # type: ignore[index]
+        assert set(overrides) == set(fixture.tap_names)
+        for tap in ("blocks.7.hook_resid_post", "logits", "probs"):
+            magnitude = max(float(np.abs(a[np.isfinite(a)]).max())
+                            for a in (fixture.golden_case(tier, c.name)[tap] for c in fixture.cases))  # type: ignore[arg-type]
+            expected = SCALED_C[tier] * EPS[tier] * magnitude  # type: ignore[index]
+            assert overrides[tap].atol == pytest.approx(expected, rel=1e-3), (tier, tap)
+            assert overrides[tap].rtol == 0.0
+    assert not fixture.loose
+
+
+def test_a_weight_perturbed_in_block_7_is_reported_at_block_7(mini_dir: Path, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    copy = tmp_path / "perturbed"
+    shutil.copytree(mini_dir, copy)
+    weights = load_file(str(copy / "weights.safetensors"))
+    weights["h.7.attn.c_attn.weight"][0, 0] += 0.05
+    save_file(weights, str(copy / "weights.safetensors"))
+    seal_manifest(copy, rehash_files=True)
+    out = tmp_path / "report.json"
+    proc = run_cli("run", "--fixture", str(copy), "--backends", "pytorch,numpy", "--json", str(out), "-q")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    firsts = {d["tap"] for d in report["first_divergence"]}
+    assert firsts and all(t.startswith("blocks.7.attn.hook_") for t in firsts), firsts
+    assert "first divergence at blocks.7.attn.hook_" in proc.stdout
+
+
+def test_old_fixture_without_rows_still_loads_and_rows_is_checked(toy_dir: Path, tmp_path: Path) -> None:
+    fixture = load_fixture(toy_dir)
+    assert fixture.tap_rows == {} and fixture.lens_rows() is None
+    copy = tmp_path / "toy"
+    shutil.copytree(toy_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["taps"][-1]["rows"] = 0
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FixtureError, match=r"taps\[\d+\]\.rows"):
+        seal_manifest(copy)
+
+
+class _WrongOrder(Backend):
+    name: ClassVar[str] = "wrong-order"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
+    streams: ClassVar[bool] = True
+
+    def run_cases(self, fixture, precision):  # type: ignore[no-untyped-def]
+        for case in reversed(fixture.cases):
+            yield case.name, fixture.golden_case("fp64", case.name)
+
+
+class _StopsEarly(_WrongOrder):
+    name: ClassVar[str] = "stops-early"
+
+    def run_cases(self, fixture, precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:  # type: ignore[no-untyped-def]
+        case = fixture.cases[0]
+        yield case.name, {t: np.array(a) for t, a in fixture.golden_case("fp64", case.name).items()}
+
+
+def test_a_streaming_backend_must_yield_every_case_in_order(mini_dir: Path) -> None:
+    fixture = load_fixture(mini_dir)
+    with pytest.raises(BackendFailed, match="yielded 'random_24' where case 'single_token' was due"):
+        run_parity(fixture, [_WrongOrder()], ["fp64"], progress=None)
+    with pytest.raises(BackendFailed, match="returned no result for case 'random_5'"):
+        run_parity(fixture, [_StopsEarly()], ["fp64"], progress=None)
+
+
+def _checkpoint(root: Path, activation: str) -> Path:
+    """A tiny GPT-2 checkpoint written by transformers' own save_pretrained (nothing downloaded)."""
+    import os
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=40, n_positions=24, n_embd=16, n_layer=2, n_head=2,
+                                     activation_function=activation, bos_token_id=0, eos_token_id=0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(str(root))
+    return root
+
+
+def test_from_hf_checkpoint_becomes_a_fixture_every_backend_agrees_on(tmp_path: Path) -> None:
+    from harness.hf_import import export_from_hf
+
+    ckpt = _checkpoint(tmp_path / "ckpt", "gelu")
+    fx = tmp_path / "fixture"
+    export_from_hf(ckpt, fx, progress=lambda _m: None, with_onnx=False)
+    fixture = load_fixture(fx)
+    assert (fixture.config.vocab_size, fixture.config.d_model, fixture.config.positions) == (40, 16, "learned")
+    report = run_parity(fixture, [_backend("numpy"), _backend("hf-transformers")], progress=None)
+    assert report.passed, [r for r in report.results if r.passed is False][:3]
+    assert fixture.manifest["provenance"]["activation"].startswith("exact GELU (the checkpoint's own)")
+
+
+def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path) -> None:
+    from harness.hf_import import export_from_hf
+
+    ckpt = _checkpoint(tmp_path / "ckpt", "gelu_new")
+    with pytest.raises(FixtureError, match=r"activation_function is 'gelu_new'.*--exact-gelu"):
+        export_from_hf(ckpt, tmp_path / "refused", progress=lambda _m: None, with_onnx=False)
+    assert not (tmp_path / "refused").exists()
+    export_from_hf(ckpt, tmp_path / "taken", exact_gelu=True, progress=lambda _m: None, with_onnx=False)
+    assert "not the checkpoint's 'gelu_new'" in load_fixture(tmp_path / "taken").manifest["provenance"]["activation"]
+
+
+def _backend(name: str) -> Backend:
+    from harness.registry import load_backend
+
+    backend = load_backend(name)
+    if backend.missing_dependencies():
+        pytest.skip(f"{name}: {backend.missing_dependencies()}")
+    return backend
