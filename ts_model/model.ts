@@ -423,9 +423,9 @@ export function forward(
 }
 
 /** Every tap for one sequence, in dataflow order. */
-export function runWithTaps(params: Params, config: GPTConfig, tokens: readonly number[], lensRows: number | null = null): Taps {
+export function runWithTaps(params: Params, config: GPTConfig, tokens: readonly number[]): Taps {
   const taps: Taps = new Map();
-  forward(params, config, tokens, taps, lensRows);
+  forward(params, config, tokens, taps);
   return taps;
 }
 

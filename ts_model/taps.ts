@@ -3,8 +3,8 @@
 // "rows" in the manifest keeps only its last positions, as the golden does (docs/fixture-format.md).
 
 import type { Case, Fixture } from "./fixture.ts";
-import { runWithTaps } from "./model.ts";
-import type { Params, Tensor } from "./model.ts";
+import { forward, runWithTaps } from "./model.ts";
+import type { Params, Taps, Tensor } from "./model.ts";
 
 /** The rows kept of probs and every logit_lens.k when they all agree (else null: compute every position). */
 export function lensRows(fixture: Fixture): number | null {
@@ -30,7 +30,14 @@ function cutRows(tap: string, value: Tensor, rows: number | undefined, T: number
 /** Every tap of one case, in dataflow order, keyed "{case}/{tap}". */
 export function computeCaseTaps(fixture: Fixture, params: Params, c: Case): Map<string, Tensor> {
   const out = new Map<string, Tensor>();
-  const taps = runWithTaps(params, fixture.config, c.tokens, lensRows(fixture));
+  const rows = lensRows(fixture);
+  let taps: Taps;
+  if (rows === null) {
+    taps = runWithTaps(params, fixture.config, c.tokens);
+  } else {
+    taps = new Map(); // probs and the logit lens for the last `rows` positions only
+    forward(params, fixture.config, c.tokens, taps, rows);
+  }
   for (const tap of fixture.taps) {
     const value = taps.get(tap);
     if (value === undefined) throw new Error(`case '${c.name}': the model produced no tap '${tap}'`);
