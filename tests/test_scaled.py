@@ -173,3 +173,25 @@ def _backend(name: str) -> Backend:
     if backend.missing_dependencies():
         pytest.skip(f"{name}: {backend.missing_dependencies()}")
     return backend
+
+
+def test_export_preset_needs_a_new_directory_and_a_known_preset(tmp_path: Path) -> None:
+    no_dir = run_cli("export", "--preset", "gpt2-small")
+    assert no_dir.returncode == 2 and no_dir.stderr.strip() == (
+        "parity: error: --preset gpt2-small needs --fixture DIR: where to write the fixture "
+        "(hundreds of MB for gpt2-small)")
+    unknown = run_cli("export", "--preset", "gpt3", "--fixture", str(tmp_path / "x"))
+    assert unknown.returncode == 2 and "unknown preset 'gpt3' (known: gpt2-small, gpt2-mini)" in unknown.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    busy = run_cli("export", "--preset", "gpt2-mini", "--fixture", str(tmp_path / "full"))
+    assert busy.returncode == 2 and "exists and is not an empty directory" in busy.stderr
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def test_long_adds_a_full_context_case(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    export_preset(tmp_path / "long", "gpt2-mini", seed=1, long=True, progress=lambda _m: None, with_onnx=False)
+    fixture = load_fixture(tmp_path / "long")
+    assert [len(c.tokens) for c in fixture.cases] == [1, 5, 24, fixture.config.n_ctx]
+    assert run_parity(fixture, [_backend("numpy")], ["fp64"], progress=None).passed
