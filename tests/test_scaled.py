@@ -195,3 +195,11 @@ def test_long_adds_a_full_context_case(tmp_path: Path) -> None:
     fixture = load_fixture(tmp_path / "long")
     assert [len(c.tokens) for c in fixture.cases] == [1, 5, 24, fixture.config.n_ctx]
     assert run_parity(fixture, [_backend("numpy")], ["fp64"], progress=None).passed
+
+
+def test_hf_transformers_passes_check_backend(toy_dir: Path) -> None:
+    """The contract every backend is held to: taps, shapes, dtypes, T = 1 and n_ctx, bad input is one line."""
+    _backend("hf-transformers")
+    proc = run_cli("check-backend", "hf-transformers", "--fixture", str(toy_dir))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
+    assert "0 failed" in proc.stdout

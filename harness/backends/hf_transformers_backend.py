@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import numpy as np
 
 from harness.backends.base import Backend, BackendOutput, Precision
+from harness.errors import FixtureError
 
 if TYPE_CHECKING:
     import torch
@@ -102,6 +103,12 @@ class HFTransformersBackend(Backend):
         lens_rows = fixture.lens_rows()
         H, dh = config.n_head, config.d_head
         for case in fixture.cases:
+            # Bad input is one clear line (a ParityError), never transformers' IndexError.
+            if not 1 <= len(case.tokens) <= config.n_ctx:
+                raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
+            bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
+            if bad:
+                raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
             taps: dict[str, torch.Tensor] = {}
             handles = _hooks(model, taps, H, dh)
             try:
