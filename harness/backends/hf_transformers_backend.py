@@ -52,14 +52,19 @@ def hf_config(config: GPTConfig) -> Any:
 
 
 def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Precision) -> Any:
-    """A GPT2LMHeadModel in eval mode holding the fixture's weights in the precision's dtype."""
+    """A GPT2LMHeadModel in eval mode holding the fixture's weights in the precision's dtype.
+
+    Consumes `weights`: each array is popped as it is converted (a GPT-2-sized model's float32 and
+    float64 copies are never both whole in memory).
+    """
     import torch
     from transformers import GPT2LMHeadModel
 
     from reference.model import sinusoidal_positions
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
-    state = {f"transformer.{k}": torch.tensor(v, dtype=dtype) for k, v in weights.items()}  # one copy each
+    # One copy each, in the dtype; each float32 array is popped (freed) as soon as it is converted.
+    state = {f"transformer.{k}": torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
     if config.positions == "sinusoidal":
         state["transformer.wpe.weight"] = sinusoidal_positions(config.n_ctx, config.d_model, dtype)  # (n_ctx, d)
     with torch.device("meta"):  # no random initialization of 124M parameters that are replaced anyway
@@ -97,8 +102,9 @@ class HFTransformersBackend(Backend):
         import torch
 
         config = fixture.config
-        model = hf_model(fixture.weights(), config, precision)
-        fixture.release_weights()  # the model holds its own copy
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
+        model = hf_model(weights, config, precision)  # pops each array as it converts it
         wanted = set(self.supported_taps(fixture))
         lens_rows = fixture.lens_rows()
         H, dh = config.n_head, config.d_head

@@ -187,8 +187,9 @@ class NumpyBackend(Backend):
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         config, dtype = fixture.config, DTYPES[precision]
         # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
-        params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
-        fixture.release_weights()  # a GPT-2-sized fixture's float32 copy is not kept once cast
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: each float32 array is freed once cast (pop)
+        params = {name: weights.pop(name).astype(dtype) for name in list(weights)}
         lens_rows = fixture.lens_rows()  # the positions the fixture keeps of probs and the lens
         for case in fixture.cases:
             tokens = list(case.tokens)

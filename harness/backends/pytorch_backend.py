@@ -39,19 +39,28 @@ class PyTorchBackend(Backend):
         return dict(self.run_cases(fixture, precision))
 
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        params = reference_params(fixture.weights(), precision)
-        fixture.release_weights()  # the float32 copy is not needed any more (a GPT-2-sized fixture)
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
+        params = reference_params(weights, precision, consume=True)  # each float32 array freed once cast
         lens_rows = fixture.lens_rows()
         for case in fixture.cases:
             yield case.name, dict(reference_taps(params, fixture.config, [case], precision, lens_rows=lens_rows,
                                                  cast=False)[case.name])
 
 
-def reference_params(weights: Mapping[str, np.ndarray], precision: Precision) -> dict[str, torch.Tensor]:
-    """The float32 weights as torch tensors of the precision's dtype (upcast once for fp64)."""
+def reference_params(
+    weights: Mapping[str, np.ndarray], precision: Precision, consume: bool = False
+) -> dict[str, torch.Tensor]:
+    """The float32 weights as torch tensors of the precision's dtype (upcast once for fp64).
+
+    `consume`: pop each array from `weights` (a dict) as it is converted, so the float32 and the
+    converted copies of a GPT-2-sized model are never both whole in memory.
+    """
     import torch
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
+    if consume and isinstance(weights, dict):
+        return {k: torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
     return {k: torch.tensor(v, dtype=dtype) for k, v in weights.items()}  # one copy each, in the dtype
 
 
