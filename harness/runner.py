@@ -30,7 +30,7 @@ from harness.compare import (
     summarize_tap,
 )
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendFailed
-from harness.fixture import Case, Fixture
+from harness.fixture import Case, Fixture, row_axis
 from harness.guard import call_backend, one_line
 from harness.registry import checked_supported_taps
 from reference.taps import tap_shape_template
@@ -392,5 +392,9 @@ def name_divergences(divergences: list[FirstDivergence], fixture: Fixture) -> No
         if d.index is None:
             continue
         template = tap_shape_template(fixture.config, d.tap)
+        rows = fixture.tap_rows.get(d.tap)
+        if rows is not None:  # the golden keeps the last positions: index them as positions of the case
+            axis, length = row_axis(template), len(fixture.case(d.case).tokens)
+            d.index = [i + (length - min(rows, length)) if a == axis else i for a, i in enumerate(d.index)]
         d.location, d.axes = name_index(d.tap, template, d.index, fixture.case(d.case).tokens, fixture.vocab,
                                         fixture.config.n_head, fixture.config.d_mlp)

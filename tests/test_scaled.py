@@ -203,3 +203,26 @@ def test_hf_transformers_passes_check_backend(toy_dir: Path) -> None:
     proc = run_cli("check-backend", "hf-transformers", "--fixture", str(toy_dir))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
     assert "0 failed" in proc.stdout
+
+
+class _WrongLastProbability(Backend):
+    """The fp64 golden, but the probability of word 0 at the last position is off by 1e-3."""
+
+    name: ClassVar[str] = "wrong-last-probability"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
+
+    def run(self, fixture, precision):  # type: ignore[no-untyped-def]
+        out = {}
+        for case in fixture.cases:
+            taps = {t: np.array(a) for t, a in fixture.golden_case("fp64", case.name).items()}
+            taps["probs"][-1, 0] += 1e-3
+            out[case.name] = taps
+        return out
+
+
+def test_a_divergence_in_a_tap_with_rows_is_named_at_its_real_position(mini_dir: Path) -> None:
+    fixture = load_fixture(mini_dir)
+    report = run_parity(fixture, [_WrongLastProbability()], ["fp64"], progress=None)
+    (div,) = [d for d in report.divergences if d.golden == "fp64"]
+    assert div.tap == "probs"
+    assert div.index == [len(fixture.case(div.case).tokens) - 1, 0]
