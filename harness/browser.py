@@ -128,4 +128,4 @@ def declines_big(fixture: Fixture) -> str | None:
     from harness.backends.base import too_big
 
     return too_big(fixture, BROWSER_LIMIT, "the browser page keeps the weights, every tap and both golden files "
-                   "in one tab's memory (a GPT-2-small fixture is ~1.5 GB of files)")
+                   "in one tab's memory (a GPT-2-small fixture is ~2 GB of files)")
