@@ -147,8 +147,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_plot_path(Path(args.plot))
         require_matplotlib()
     for precision in PRECISIONS:
-        fixture.golden(precision)
+        fixture.preload_golden(precision)
     fixture.weights()
+    fixture.release_weights()
     report = compare_dumps(fixture, [Path(p) for p in args.dumps])
     dumps = ", ".join(f"{run.backend} {run.precision}" for run in report.runs)
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "

@@ -227,3 +227,15 @@ def test_a_divergence_in_a_tap_with_rows_is_named_at_its_real_position(mini_dir:
     (div,) = [d for d in report.divergences if d.golden == "fp64"]
     assert (div.tap, div.case) == ("probs", "random_24")  # kept: its last 4 positions, 20 to 23
     assert div.index == [23, 0] and div.location.startswith("position 23 ")
+
+
+def test_a_dump_of_a_fixture_with_rows_is_judged_like_the_run(mini_dir: Path, tmp_path: Path) -> None:
+    from harness.dump import compare_dumps, save_outputs
+
+    fixture = load_fixture(mini_dir)
+    report = run_parity(fixture, [_backend("numpy")], ["fp64"], progress=None, keep_outputs=True)
+    assert report.passed and report.outputs[("numpy", "fp64")]["random_24"]["probs"].shape == (LENS_ROWS, 96)
+    dumps = save_outputs(report, fixture, tmp_path)
+    judged = compare_dumps(fixture, dumps)
+    assert judged.passed and judged.n_passed == report.n_passed
+    assert run_parity(fixture, [_backend("numpy")], ["fp64"], progress=None, keep_outputs=False).outputs == {}
