@@ -128,11 +128,9 @@ def test_a_streaming_backend_must_yield_every_case_in_order(mini_dir: Path) -> N
         run_parity(fixture, [_StopsEarly()], ["fp64"], progress=None)
 
 
-def _checkpoint(root: Path, activation: str) -> Path:
+def _checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A tiny GPT-2 checkpoint written by transformers' own save_pretrained (nothing downloaded)."""
-    import os
-
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -142,10 +140,12 @@ def _checkpoint(root: Path, activation: str) -> Path:
     return root
 
 
-def test_from_hf_checkpoint_becomes_a_fixture_every_backend_agrees_on(tmp_path: Path) -> None:
+def test_from_hf_checkpoint_becomes_a_fixture_every_backend_agrees_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from harness.hf_import import export_from_hf
 
-    ckpt = _checkpoint(tmp_path / "ckpt", "gelu")
+    ckpt = _checkpoint(tmp_path / "ckpt", "gelu", monkeypatch)
     fx = tmp_path / "fixture"
     export_from_hf(ckpt, fx, progress=lambda _m: None, with_onnx=False)
     fixture = load_fixture(fx)
@@ -155,10 +155,10 @@ def test_from_hf_checkpoint_becomes_a_fixture_every_backend_agrees_on(tmp_path: 
     assert fixture.manifest["provenance"]["activation"].startswith("exact GELU (the checkpoint's own)")
 
 
-def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path) -> None:
+def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.hf_import import export_from_hf
 
-    ckpt = _checkpoint(tmp_path / "ckpt", "gelu_new")
+    ckpt = _checkpoint(tmp_path / "ckpt", "gelu_new", monkeypatch)
     with pytest.raises(FixtureError, match=r"activation_function is 'gelu_new'.*--exact-gelu"):
         export_from_hf(ckpt, tmp_path / "refused", progress=lambda _m: None, with_onnx=False)
     assert not (tmp_path / "refused").exists()
