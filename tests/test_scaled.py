@@ -162,6 +162,10 @@ def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path, monkeypatch: pytes
     with pytest.raises(FixtureError, match=r"activation_function is 'gelu_new'.*--exact-gelu"):
         export_from_hf(ckpt, tmp_path / "refused", progress=lambda _m: None, with_onnx=False)
     assert not (tmp_path / "refused").exists()
+    cli = run_cli("export", "--from-hf", str(ckpt), "--fixture", str(tmp_path / "refused"))
+    lines = cli.stderr.strip().splitlines()
+    assert cli.returncode == 2 and len(lines) == 1 and lines[0].startswith("parity: error: ")
+    assert "activation_function is 'gelu_new'" in lines[0] and "--exact-gelu" in lines[0]
     export_from_hf(ckpt, tmp_path / "taken", exact_gelu=True, progress=lambda _m: None, with_onnx=False)
     assert "not the checkpoint's 'gelu_new'" in load_fixture(tmp_path / "taken").manifest["provenance"]["activation"]
 
