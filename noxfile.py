@@ -98,7 +98,11 @@ def fixtures(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Print timings: each backend's run on the fixture, and training the toy; args go to the benchmark."""
+    """Print timings: each backend's run on the fixture, and training the toy; args go to the benchmark.
+
+    `nox -s bench -- --preset gpt2-small`: export GPT-2 small into a temporary directory, then time and
+    measure (peak RSS of the process tree) `parity run` per backend and over all of them (docs/performance.md).
+    """
     session.install("-e", ".[all]")
     session.run("python", "-m", "benchmarks.bench", *session.posargs)
 
@@ -115,5 +119,5 @@ def install_check(session: nox.Session) -> None:
     shutil.rmtree(empty, ignore_errors=True)
     empty.mkdir()
     session.chdir(empty)
-    pip_backends = "pytorch,numpy,onnx-reference,onnxruntime,onnxruntime-optimized,typescript"
+    pip_backends = "pytorch,numpy,onnx-reference,onnxruntime,onnxruntime-optimized,typescript,hf-transformers"
     session.run("parity", "run", "--backends", pip_backends, *session.posargs, env={"PARITY_TS_DIR": ""})

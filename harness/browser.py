@@ -31,6 +31,7 @@ from harness.settings import seconds_from_env
 if TYPE_CHECKING:
     from harness.fixture import Fixture
 
+
 DRIVER = CHECKOUT_DIR / "ts_model" / "browser" / "run-browser.mts"  # a source checkout only: not in the wheel
 DEFAULT_TIMEOUT_S = 120.0
 GRACE_S = 15.0  # after the driver's own deadline, before its process group is killed
@@ -143,3 +144,14 @@ def run_onnx_graph(who: str, fixture: Fixture, graph: OnnxGraph, optimization: s
                 raise BackendFailed(f"{who}: {path.name} gave no output {name!r} for case {case.name!r}")
             out[case.name][name] = np.asarray(value, dtype=np.float32)
     return out
+
+
+BROWSER_LIMIT = 10_000_000  # parameters: a browser tab holds the model, its taps and the goldens in memory
+
+
+def declines_big(fixture: Fixture) -> str | None:
+    """The browser backends' `declines`: a GPT-2-sized model does not fit the page's in-memory design."""
+    from harness.fixture import too_big
+
+    return too_big(fixture, BROWSER_LIMIT, "the browser page keeps the weights, every tap and both golden files "
+                   "in one tab's memory (a GPT-2-small fixture is ~2 GB of files)")

@@ -95,8 +95,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if nothing:
         raise ParityError(nothing)
     for precision in PRECISIONS:
-        fixture.golden(precision)  # validate both golden files before spending time on backends
+        fixture.preload_golden(precision)  # validate both golden files before spending time on backends
     fixture.weights()
+    fixture.release_weights()  # checked; a GPT-2-sized copy is not kept while the backends run
     if args.save_outputs:
         from harness.dump import check_writable
 
@@ -108,7 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if skipped and args.no_skip:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = run_parity(fixture, backends, _precisions(args.precision),
-                        progress=None if args.quiet else _progress, budget=args.budget or args.json is not None)
+                        progress=None if args.quiet else _progress, keep_outputs=bool(args.save_outputs),
+                        budget=args.budget or args.json is not None)
     report.skipped = skipped
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     if args.json:
@@ -148,8 +150,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_plot_path(Path(args.plot))
         require_matplotlib()
     for precision in PRECISIONS:
-        fixture.golden(precision)
+        fixture.preload_golden(precision)
     fixture.weights()
+    fixture.release_weights()
     report = compare_dumps(fixture, [Path(p) for p in args.dumps], budget=args.budget or args.json is not None)
     dumps = ", ".join(f"{run.backend} {run.precision}" for run in report.runs)
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
@@ -248,6 +251,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from harness.export import check_fixture, export_fixture
 
     if args.preset == "toy-stress":
+        if args.from_hf:
+            raise ParityError("give --preset or --from-hf, not both")
         from harness.stress import check_stress_fixture, write_stress_fixture
 
         toy = Path(args.source) if args.source else default_fixture_dir()
@@ -256,6 +261,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             return check_stress_fixture(dest, toy, progress=_progress)
         write_stress_fixture(dest, toy, progress=_progress)
         return EXIT_OK
+    if args.preset != "toy" or args.from_hf:
+        return _export_scaled(args)
     fixture = Path(args.fixture) if args.fixture else default_fixture_dir()
     if (fixture / "manifest.json").is_file():
         from harness.stress import PRESET, is_stress
@@ -274,6 +281,33 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ParityError(f"--steps must be a positive number of training steps, got {args.steps} "
                           "(0 or fewer would write an untrained fixture)")
     export_fixture(fixture, steps=args.steps, seed=args.seed, progress=_progress)
+    return EXIT_OK
+
+
+def _export_scaled(args: argparse.Namespace) -> int:
+    """`parity export --preset NAME` or `--from-hf DIR`: a new fixture in --fixture DIR (never the toy's)."""
+    preset = args.preset if args.preset != "toy" else None
+    what = f"--preset {preset}" if preset else "--from-hf"
+    if preset and args.from_hf:
+        raise ParityError("give --preset or --from-hf, not both")
+    if args.check:
+        raise ParityError(f"--check is for the committed toy fixture, not {what}")
+    if args.fixture is None:
+        raise ParityError(f"{what} needs --fixture DIR: where to write the fixture (hundreds of MB for gpt2-small)")
+    target = Path(args.fixture)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ParityError(f"--fixture {target}: exists and is not an empty directory; choose a new one")
+    if preset:
+        from harness.presets import PRESETS, export_preset
+
+        if preset not in PRESETS:
+            raise ParityError(f"unknown preset {preset!r} (known: toy, toy-stress, {', '.join(PRESETS)})")
+        export_preset(target, preset, seed=args.seed, long=args.long, progress=_progress)
+    else:
+        from harness.hf_import import export_from_hf
+
+        export_from_hf(Path(args.from_hf), target, exact_gelu=args.exact_gelu, long=args.long, progress=_progress)
+    print(f"parity export: wrote {target}; run it with `parity run --fixture {target}`")
     return EXIT_OK
 
 
@@ -434,13 +468,23 @@ def build_parser() -> argparse.ArgumentParser:
     backends.set_defaults(func=cmd_backends)
 
     export = sub.add_parser("export", help="retrain the toy and rewrite the fixture, or --check it")
-    export.add_argument("--fixture", help="fixture directory (default: fixtures/toy; with --preset toy-stress, "
-                                          "fixtures/toy-stress beside the toy)")
-    export.add_argument("--preset", choices=["toy", "toy-stress"], default="toy",
-                        help="toy: train and write the toy (default); toy-stress: derive the stress fixture "
-                             "from the toy's weights (harness/stress.py)")
+    export.add_argument("--fixture", default=None,
+                        help="fixture directory (default: fixtures/toy; with --preset toy-stress, fixtures/toy-stress "
+                             "beside the toy; --preset gpt2-* and --from-hf need a new one)")
+    export.add_argument("--preset", metavar="NAME", default="toy",
+                        help="toy: train and write the toy (default); toy-stress: derive the stress fixture from the "
+                             "toy's weights (harness/stress.py); gpt2-small, gpt2-mini: a GPT-2-shaped fixture from "
+                             "seeded random weights (harness/presets.py)")
     export.add_argument("--from", dest="source", metavar="DIR",
                         help="with --preset toy-stress: the toy fixture to derive it from (default: fixtures/toy)")
+    export.add_argument("--from-hf", metavar="CHECKPOINT_DIR",
+                        help="write a fixture from a local Hugging Face GPT-2 checkpoint "
+                             "(config.json, model.safetensors)")
+    export.add_argument("--exact-gelu", action="store_true",
+                        help="with --from-hf: take a checkpoint made for gelu_new (tanh) and run it with "
+                             "the exact GELU")
+    export.add_argument("--long", action="store_true",
+                        help="with --preset/--from-hf: add a case of the full context (1,024 tokens for gpt2-small)")
     export.add_argument("--check", action="store_true",
                         help="regenerate into a temporary directory and compare with the committed fixture")
     export.add_argument("--no-retrain", action="store_true",
@@ -449,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add (or rewrite) only the decoding goldens and model.decode.onnx of an existing "
                              "fixture; no other file changes, nothing is retrained")
     export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
-    export.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
+    export.add_argument("--seed", type=int, default=0, help="training seed, or the preset's weights seed (default: 0)")
     export.set_defaults(func=cmd_export)
 
     seal = sub.add_parser("seal", help="re-seal a fixture's manifest after a reviewed edit (manifest_sha256)")

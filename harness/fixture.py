@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 FORMAT_NAME = "parity-fixture"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,11 @@ class TierTolerances:
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:  # in chunks: a GPT-2-sized file is hundreds of MB
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def frozen(array: np.ndarray) -> np.ndarray:
@@ -78,7 +84,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     try:
-        return dict(load_file(str(path)))
+        # pread, not mmap: a mapped file's touched pages count in the process's RSS until it is closed.
+        return dict(load_file(str(path), backend="pread"))
     except FileNotFoundError:
         raise FixtureError(f"{path}: file not found") from None
     except (SafetensorError, OSError, ValueError, TypeError) as exc:
@@ -100,6 +107,8 @@ class Fixture:
         self.vocab: list[str] = self._parse_vocab()
         self.cases: list[Case] = self._parse_cases()
         self.tap_names: list[str] = self._parse_taps()
+        # Taps whose golden keeps only the last positions ("rows", docs/fixture-format.md).
+        self.tap_rows: dict[str, int] = {t["name"]: t["rows"] for t in manifest["taps"] if "rows" in t}
         self.loose: list[str] = []  # tolerances beyond their ceiling (only with allow_loose_tolerances)
         self.tolerances: dict[Precision, TierTolerances] = {p: self._parse_tolerances(p) for p in PRECISIONS}
         self.files: dict[str, Any] = self._require(manifest, "files", dict)
@@ -107,6 +116,7 @@ class Fixture:
         self._check_hashes()
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
+        self._validated: set[Precision] = set()  # golden files checked by `validate_golden`
 
     # -- manifest parsing -------------------------------------------------------------------
     def _fail(self, what: str) -> FixtureError:
@@ -283,6 +293,10 @@ class Fixture:
         name = onnx.get(kind) if isinstance(onnx, dict) else None
         return self._safe_path(name) if name else None
 
+    def parameter_count(self) -> int:
+        """How many parameters the fixture's model has (from its config; no file is read)."""
+        return sum(math.prod(shape) for shape in param_shapes(self.config).values())
+
     def decoding(self) -> Decoding | None:
         """The optional decoding section (prompts, steps; harness/decoding.py), checked; None if absent."""
         if not hasattr(self, "_decoding"):
@@ -301,6 +315,101 @@ class Fixture:
         from reference.taps import tap_shape
 
         return tap_shape(self.config, tap, len(case.tokens))
+
+    def golden_shape(self, tap: str, case: Case) -> tuple[int, ...]:
+        """The shape the golden holds: `tap_shape`, cut to the last `rows` positions when the tap has rows."""
+        shape = self.tap_shape(tap, case)
+        rows = self.tap_rows.get(tap)
+        if rows is None:
+            return shape
+        axis = row_axis(self.manifest_tap_template(tap))
+        return tuple(min(rows, s) if i == axis else s for i, s in enumerate(shape))
+
+    def manifest_tap_template(self, tap: str) -> list[int | str]:
+        return tap_shape_template(self.config, tap)
+
+    def select_rows(self, tap: str, case: Case, array: np.ndarray) -> np.ndarray:
+        """A backend's full-length result of a tap with rows, cut as the golden is; anything else unchanged."""
+        rows = self.tap_rows.get(tap)
+        if rows is None or not isinstance(array, np.ndarray) or array.shape != self.tap_shape(tap, case):
+            return array
+        axis = row_axis(self.manifest_tap_template(tap))
+        index = [slice(None)] * array.ndim
+        index[axis] = slice(-rows, None)
+        return array[tuple(index)]
+
+    def lens_rows(self) -> int | None:
+        """The rows kept of `probs` and every `logit_lens.k` when they all agree (else None: compute all)."""
+        lens = ["probs", *(t for t in self.tap_names if t.startswith("logit_lens."))]
+        rows = {self.tap_rows.get(t) for t in lens}
+        return rows.pop() if len(rows) == 1 else None
+
+    def _golden_tensor(self, path: Path, f: Any, precision: Precision, case: Case, tap: str) -> np.ndarray:
+        """One golden tensor read from an open safetensors file, checked: shape, dtype, no NaN."""
+        key = f"{case.name}/{tap}"
+        try:
+            t = f.get_tensor(key)
+        except Exception:  # safetensors raises its own error type for a missing key
+            raise FixtureError(f"{path}: missing golden tensor {key!r}") from None
+        shape = self.golden_shape(tap, case)
+        if t.dtype != DTYPES[precision]:
+            raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(DTYPES[precision])}")
+        if t.shape != shape:
+            raise FixtureError(f"{path}: golden tensor {key!r} has shape {list(t.shape)}, expected {list(shape)}")
+        if np.isnan(t).any():
+            raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
+        return t  # type: ignore[no-any-return]
+
+    def _open_golden(self, precision: Precision) -> tuple[Path, Any]:
+        from safetensors import SafetensorError, safe_open
+
+        path = self.golden_path(precision)
+        try:
+            return path, safe_open(str(path), framework="numpy", backend="pread")
+        except FileNotFoundError:
+            raise FixtureError(f"{path}: file not found") from None
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:
+            raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
+
+    def preload_golden(self, precision: Precision) -> None:
+        """Before any backend runs: read and check a tier's golden file, keeping it in memory when it is
+        at most LAZY_GOLDEN_BYTES (the toy), else checking it tensor by tensor and reading each case
+        again when it is compared (a GPT-2-sized fixture: memory bounded by one case)."""
+        if self.golden_path(precision).stat().st_size <= LAZY_GOLDEN_BYTES:
+            self.golden(precision)
+        else:
+            self.validate_golden(precision)
+
+    def validate_golden(self, precision: Precision) -> None:
+        """Check a golden file as `golden` does, one tensor at a time (nothing is kept): keys, shapes,
+        dtypes, no NaN, and the per-tap overrides against their ceilings. Done once per tier."""
+        if precision in self._validated or precision in self._golden:
+            return
+        path, f = self._open_golden(precision)
+        keys = set(f.keys())
+        expected = {f"{c.name}/{t}" for c in self.cases for t in self.tap_names}
+        extra = sorted(keys - expected)
+        if extra:
+            raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+        magnitude: dict[str, float] = {}
+        for case in self.cases:
+            for tap in self.tap_names:
+                t = self._golden_tensor(path, f, precision, case, tap)
+                if tap in self.tolerances[precision].overrides:
+                    finite = np.abs(t[np.isfinite(t)]).max(initial=0.0)
+                    magnitude[tap] = max(magnitude.get(tap, 0.0), float(finite))
+        for tap, tol in self.tolerances[precision].overrides.items():
+            self._loose(override_problems(precision, tap, tol.atol, tol.rtol, magnitude.get(tap, 0.0)))
+        self._validated.add(precision)
+
+    def golden_case(self, precision: Precision, case: str) -> dict[str, np.ndarray]:
+        """One case's golden taps {tap: read-only array}, read lazily from the file (nothing cached)."""
+        if precision in self._golden:
+            return dict(self._golden[precision][case])
+        self.validate_golden(precision)
+        path, f = self._open_golden(precision)
+        c = self.case(case)
+        return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
 
     def weights(self) -> dict[str, np.ndarray]:
         """The float32 parameters under Hugging Face names, checked against the config."""
@@ -321,8 +430,15 @@ class Fixture:
             extra = sorted(set(tensors) - set(expected))
             if extra:
                 raise FixtureError(f"{path}: unexpected tensor(s) {', '.join(map(repr, extra))}")
-            self._weights = {name: frozen(tensors[name]) for name in expected}
+            # One tensor at a time (pop), so the file's arrays and their frozen copies are never all alive.
+            self._weights = {name: frozen(tensors.pop(name)) for name in expected}
         return dict(self._weights)  # a fresh dict of read-only arrays: nobody can change the harness's
+
+    def release_weights(self) -> None:
+        """Forget the weights read by `weights()` when the file is large (each backend reads its own copy
+        then, and frees it when it is done): the harness itself holds no GPT-2-sized arrays while backends run."""
+        if self.weights_path.stat().st_size > LAZY_GOLDEN_BYTES:
+            self._weights = None
 
     def golden(self, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
         """The reference taps {case: {tap: array}} of one tier, checked: every key, shape, dtype, no NaN."""
@@ -338,7 +454,7 @@ class Fixture:
                     if key not in tensors:
                         raise FixtureError(f"{path}: missing golden tensor {key!r}")
                     t = tensors[key]
-                    shape = self.tap_shape(tap, case)
+                    shape = self.golden_shape(tap, case)
                     if t.dtype != dtype:
                         raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(dtype)}")
                     if t.shape != shape:
@@ -358,7 +474,7 @@ class Fixture:
     def for_backend(self) -> Fixture:
         """A private copy for a backend: its own manifest, cases, taps, tolerances; the same read-only arrays."""
         clone = copy.copy(self)
-        for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tolerances", "loose"):
+        for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tap_rows", "tolerances", "loose"):
             setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
         clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
         clone._weights = dict(self._weights) if self._weights is not None else None
@@ -373,6 +489,11 @@ class Fixture:
             "loose": list(self.loose),
             "manifest_sha256": self.seal,
         }
+
+
+def row_axis(template: list[int | str]) -> int:
+    """The axis "rows" cuts: the tap's first "T" (its query position for attention taps)."""
+    return template.index("T")
 
 
 def load_fixture(root: str | Path, allow_loose_tolerances: bool = False) -> Fixture:
@@ -425,3 +546,9 @@ def default_fixture_dir() -> Path:
     from harness.resources import toy_fixture_dir
 
     return toy_fixture_dir()
+
+
+def too_big(fixture: Fixture, limit: int, why: str) -> str | None:
+    """A backend's `declines` reason when the fixture's model has more than `limit` parameters, else None."""
+    n = fixture.parameter_count()
+    return f"declined above {limit:,} parameters (this model has {n:,}): {why}" if n > limit else None

@@ -61,6 +61,8 @@ def write_fixture_files(
     provenance: Mapping[str, Any],
     tolerances: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    tap_rows: Mapping[str, int] | None = None,
+    lens_rows: int | None = None,
 ) -> None:
     """Write a complete fixture directory into `root` (created if needed).
 
@@ -69,6 +71,9 @@ def write_fixture_files(
     case, and is cast to the tier's dtype. `onnx`: False writes no graph, True exports both graphs
     from `weights` (harness.onnx_export, torch needed), a mapping {kind: path} copies existing files
     in. `tolerances` default to `default_tolerances()`. `progress` hears what is being computed.
+    `tap_rows`: taps whose golden keeps only the last positions (the manifest's `rows`); their golden
+    arrays must already be cut so. `lens_rows`: passed to the ONNX export (probs and the lens on the
+    last positions only).
     """
     from safetensors.numpy import save_file
 
@@ -94,7 +99,7 @@ def write_fixture_files(
         files["onnx"] = dict(ONNX_FILES)
         for kind, name in ONNX_FILES.items():
             say(f"ONNX graph {name}")
-            export_onnx(dict(weights), config, root / name, kind)
+            export_onnx(dict(weights), config, root / name, kind, lens_rows=lens_rows)
     elif onnx:
         files["onnx"] = {}
         for kind, src in onnx.items():
@@ -107,7 +112,8 @@ def write_fixture_files(
         "config": config.to_dict(),
         "vocab": list(vocab),
         "cases": [{"name": c.name, "kind": c.kind, "tokens": list(c.tokens), "text": c.text} for c in cases],
-        "taps": [{"name": t, "shape": tap_shape_template(config, t)} for t in taps],
+        "taps": [{"name": t, "shape": tap_shape_template(config, t),
+                  **({"rows": int(tap_rows[t])} if tap_rows and t in tap_rows else {})} for t in taps],
         "tolerances": dict(tolerances) if tolerances is not None else default_tolerances(),
         "files": files,
         "sha256": {name: sha256_file(root / name) for name in names},

@@ -34,6 +34,7 @@ class LensGrid:
     vocab: list[str]
     marks: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (stream, position) -> "numpy fp32: 'cat'"
     checked: list[str] = field(default_factory=list)  # "numpy fp32", ... the backend runs compared
+    first: int = 0  # the position of words[0]: the golden may keep only the last positions ("rows")
 
     @property
     def top_words(self) -> list[list[str]]:
@@ -49,10 +50,12 @@ def golden_grid(fixture: Fixture, case: str) -> LensGrid:
     names = [c.name for c in fixture.cases]
     if case not in names:
         raise ParityError(f"unknown case {case!r}; the fixture's cases are: {', '.join(names)}")
-    golden = fixture.golden("fp64")[case]
-    probs = np.stack([golden[t] for t in lens_taps(fixture)])  # (streams, T, V)
+    golden = fixture.golden_case("fp64", case)
+    probs = np.stack([golden[t] for t in lens_taps(fixture)])  # (streams, T or rows, V)
     tokens = fixture.case(case).tokens
-    return LensGrid(case, [fixture.vocab[t] for t in tokens], probs.argmax(-1), probs.max(-1), fixture.vocab)
+    first = len(tokens) - probs.shape[1]  # > 0 when the fixture keeps the last positions only
+    return LensGrid(case, [fixture.vocab[t] for t in tokens[first:]], probs.argmax(-1), probs.max(-1), fixture.vocab,
+                    first=first)
 
 
 def mark_backend(grid: LensGrid, label: str, output: dict[str, np.ndarray], taps: list[str]) -> None:
@@ -69,7 +72,7 @@ def format_grid(grid: LensGrid) -> list[str]:
     words = grid.top_words
     cells = [[f"{words[k][t]} {grid.top_probs[k, t]:.2f}{'*' if (k, t) in grid.marks else ''}"
               for t in range(len(grid.words))] for k in range(len(words))]
-    heads = [f"{t}:{w}" for t, w in enumerate(grid.words)]
+    heads = [f"{grid.first + t}:{w}" for t, w in enumerate(grid.words)]
     widths = [max(len(heads[t]), *(len(row[t]) for row in cells)) for t in range(len(heads))]
     label_width = len(f"logit_lens.{len(words) - 1}")
     lines = [(f"{'':<{label_width}}  " + "  ".join(f"{h:<{w}}" for h, w in zip(heads, widths, strict=True))).rstrip()]
@@ -101,14 +104,15 @@ def run_lens(
             _, output = run_backend(backend, fixture, precision)
             if any(t not in output[case] for t in taps):
                 raise BackendFailed(f"backend {backend.name!r} ({precision}) returned no logit_lens taps for {case!r}")
-            mark_backend(grid, f"{backend.name} {precision}", output[case], taps)
+            mine = {t: fixture.select_rows(t, fixture.case(case), output[case][t]) for t in taps}
+            mark_backend(grid, f"{backend.name} {precision}", mine, taps)
     text = fixture.case(case).text or " ".join(grid.words)
     print(f"logit lens of {case} ({text!r}): top guess and its probability, from the float64 golden", file=out)
     for line in format_grid(grid):
         print(line, file=out)
     print(file=out)
     for (k, t), who in sorted(grid.marks.items()):
-        print(f"* logit_lens.{k} position {t} ({grid.words[t]!r}): golden {grid.top_words[k][t]!r}, "
+        print(f"* logit_lens.{k} position {grid.first + t} ({grid.words[t]!r}): golden {grid.top_words[k][t]!r}, "
               + ", ".join(who), file=out)
     checked = ", ".join(grid.checked) or "none"
     if plot is not None:

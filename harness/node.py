@@ -10,7 +10,8 @@ Which Node (the first that exists):
 3. `node` on PATH, if it can run TypeScript (type stripping on by default: Node >= 22.18 on the
    22 line, >= 23.6 after).
 Other settings: `PARITY_TS_DIR` (a directory holding run.ts and model.ts, default `ts_model/` of the
-checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds, default 120).
+checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds, default 120 plus
+2 s per million parameters).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from harness.settings import seconds_from_env
 if TYPE_CHECKING:
     import numpy as np
 
-    from harness.fixture import Fixture
+    from harness.fixture import Case, Fixture
 
 DEFAULT_TIMEOUT_S = 120.0
 INSTALL_HINT = "pip install 'parity[node]'"
@@ -99,9 +100,15 @@ def find_node() -> str:
     return on_path
 
 
-def timeout_seconds() -> float:
-    """PARITY_NODE_TIMEOUT in seconds (default 120); BackendFailed if it is not a positive number."""
-    return seconds_from_env("PARITY_NODE_TIMEOUT", DEFAULT_TIMEOUT_S)
+def timeout_seconds(fixture: Fixture | None = None) -> float:
+    """PARITY_NODE_TIMEOUT in seconds; BackendFailed if it is not a positive number.
+
+    The default is 120 s, plus 2 s per million parameters of the fixture's model (370 s for GPT-2 small).
+    """
+    default = DEFAULT_TIMEOUT_S
+    if fixture is not None:
+        default += 2.0 * fixture.parameter_count() / 1e6
+    return seconds_from_env("PARITY_NODE_TIMEOUT", default)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -165,10 +172,11 @@ def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str =
     return stderr
 
 
-def split_by_case(fixture: Fixture, tensors: dict[str, np.ndarray], who: str = "typescript") -> BackendOutput:
-    """{case: {tap: array}} in the fixture's order; BackendFailed if a tensor is missing."""
+def split_by_case(fixture: Fixture, tensors: dict[str, np.ndarray], who: str = "typescript",
+                  cases: list[Case] | None = None) -> BackendOutput:
+    """{case: {tap: array}} in the fixture's order (or for `cases`); BackendFailed if a tensor is missing."""
     out: BackendOutput = {}
-    for case in fixture.cases:
+    for case in fixture.cases if cases is None else cases:
         out[case.name] = {}
         for tap in fixture.tap_names:
             key = f"{case.name}/{tap}"

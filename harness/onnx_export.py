@@ -78,11 +78,14 @@ def _quiet() -> Iterator[io.StringIO]:
             logging.getLogger(name).setLevel(level)
 
 
-def export_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: Path, outputs: OnnxGraph) -> None:
+def export_onnx(
+    weights: dict[str, np.ndarray], config: GPTConfig, path: Path, outputs: OnnxGraph, lens_rows: int | None = None
+) -> None:
     """Write the reference model as one self-contained .onnx file.
 
     `weights`: float32 numpy arrays under Hugging Face GPT-2 names (Conv1D weights [in, out]).
     `outputs`: "all_taps" (every tap, named, in dataflow order) or "logits" (only `logits`).
+    `lens_rows`: probs and the logit lens for the last positions only (reference.model.forward).
     The file is written next to `path` and renamed into place, then checked (`check_onnx_model`).
     """
     import torch
@@ -109,7 +112,7 @@ def export_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: Path, o
         def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
             params = {key: getattr(self, key.replace(".", "__")) for key in self.keys}
             taps: dict[str, torch.Tensor] = {}
-            logits = forward(params, config, tokens, taps if outputs == "all_taps" else None)
+            logits = forward(params, config, tokens, taps if outputs == "all_taps" else None, lens_rows)
             return tuple(taps[n] for n in names) if outputs == "all_taps" else (logits,)
 
     # An example longer than 1 (torch.export specializes a size-1 example), within the context.

@@ -7,15 +7,17 @@ with the float32 golden too (the golden is upcast to float64 for that comparison
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
-from harness.budget import BudgetRow, budget_rows, reference_rows
+from harness.budget import BudgetAccumulator, BudgetRow, budget_rows, reference_rows
 from harness.compare import (
     NOT_SUPPORTED,
     CheckResult,
@@ -28,7 +30,7 @@ from harness.compare import (
     summarize_tap,
 )
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendFailed
-from harness.fixture import Fixture
+from harness.fixture import Case, Fixture, row_axis
 from harness.guard import call_backend, one_line
 from harness.registry import checked_supported_taps
 from reference.taps import tap_shape_template
@@ -133,18 +135,23 @@ def validate_output(backend: Backend, fixture: Fixture, output: object, supporte
     copied: BackendOutput = {}
     declared = set(supported)
     for case in fixture.cases:
-        taps = cases[case.name]
-        if not isinstance(taps, dict):
-            raise BackendFailed(f"backend {name!r}, case {case.name!r}: expected a dict by tap")
-        copied[case.name] = {}
-        for tap, array in dict.items(taps):
-            if tap not in declared:
-                raise BackendFailed(f"backend {name!r}, case {case.name!r}: returned tap "
-                                    f"{one_line(repr(tap))[:80]}, which it does not declare in supported_taps")
-            if type(array) is not np.ndarray:
-                raise BackendFailed(f"backend {name!r}, {case.name}/{tap}: returned {type(array).__name__}, "
-                                    "expected numpy.ndarray")
-            copied[case.name][tap] = np.array(array, copy=True)
+        copied[case.name] = checked_case_taps(name, case.name, cases[case.name], declared)
+    return copied
+
+
+def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
+    """One case's {tap: array} from backend `name`, checked as `validate_output` does, copied."""
+    if not isinstance(taps, dict):
+        raise BackendFailed(f"backend {name!r}, case {case!r}: expected a dict by tap")
+    copied: dict[str, np.ndarray] = {}
+    for tap, array in dict.items(taps):
+        if tap not in declared:
+            raise BackendFailed(f"backend {name!r}, case {case!r}: returned tap "
+                                f"{one_line(repr(tap))[:80]}, which it does not declare in supported_taps")
+        if type(array) is not np.ndarray:
+            raise BackendFailed(f"backend {name!r}, {case}/{tap}: returned {type(array).__name__}, "
+                                "expected numpy.ndarray")
+        copied[tap] = np.array(array, copy=True)
     return copied
 
 
@@ -152,31 +159,50 @@ def compare_output(
     name: str, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
 ) -> list[CheckResult]:
     """Every case x tap x tier of one output of backend `name` (run live or read from a dump), in dataflow order."""
-    results: list[CheckResult] = []
-    for golden_tier in tiers_for(precision):
-        golden = fixture.golden(golden_tier)
+    by_tier: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers_for(precision)}
+    for case in fixture.cases:
+        goldens = {tier: fixture.golden_case(tier, case.name) for tier in by_tier}
+        for tier, results in compare_case(name, fixture, precision, case, output[case.name], supported,
+                                          goldens).items():
+            by_tier[tier] += results
+    return [r for results in by_tier.values() for r in results]
+
+
+def compare_case(
+    name: str, fixture: Fixture, precision: Precision, case: Case, taps: dict[str, np.ndarray],
+    supported: list[str], goldens: dict[Precision, dict[str, np.ndarray]],
+) -> dict[Precision, list[CheckResult]]:
+    """One case of one output, every tap in every tier of `goldens` (the tiers it is compared in, or
+    some of them): {tier: results in dataflow order}.
+
+    `goldens[tier]` is the case's golden taps of that tier. A tap the golden keeps only the last
+    positions of ("rows") is cut the same way when the backend returned every position.
+    """
+    out: dict[Precision, list[CheckResult]] = {}
+    for golden_tier in [t for t in tiers_for(precision) if t in goldens]:
+        golden = goldens[golden_tier]
         tolerances = fixture.tolerances[golden_tier]
-        for case in fixture.cases:
-            for tap in fixture.tap_names:
-                tol = tolerances.for_tap(tap)
-                if tap not in supported:
-                    results.append(CheckResult(name, precision, golden_tier, case.name, tap,
-                                               NOT_SUPPORTED, None, tol.atol, tol.rtol))
-                    continue
-                expected = golden[case.name][tap]
-                actual = output[case.name].get(tap)
-                if actual is None:
-                    results.append(CheckResult(
-                        name, precision, golden_tier, case.name, tap, "fail", False, tol.atol, tol.rtol,
-                        message="missing: the backend declares this tap but did not return it",
-                    ))
-                    continue
-                if golden_tier != precision:  # float64 result against the float32 golden, in float64
-                    expected = expected.astype(np.float64)
-                cmp = compare_tensors(np.asarray(actual), expected, tol.atol, tol.rtol)
-                results.append(check_result(name, precision, golden_tier, case.name, tap, cmp,
-                                            tol.atol, tol.rtol))
-    return results
+        results = out.setdefault(golden_tier, [])
+        for tap in fixture.tap_names:
+            tol = tolerances.for_tap(tap)
+            if tap not in supported:
+                results.append(CheckResult(name, precision, golden_tier, case.name, tap,
+                                           NOT_SUPPORTED, None, tol.atol, tol.rtol))
+                continue
+            expected = golden[tap]
+            actual = taps.get(tap)
+            if actual is None:
+                results.append(CheckResult(
+                    name, precision, golden_tier, case.name, tap, "fail", False, tol.atol, tol.rtol,
+                    message="missing: the backend declares this tap but did not return it",
+                ))
+                continue
+            if golden_tier != precision:  # float64 result against the float32 golden, in float64
+                expected = expected.astype(np.float64)
+            actual = fixture.select_rows(tap, case, np.asarray(actual))
+            cmp = compare_tensors(actual, expected, tol.atol, tol.rtol)
+            results.append(check_result(name, precision, golden_tier, case.name, tap, cmp, tol.atol, tol.rtol))
+    return out
 
 
 def summarize(results: list[CheckResult], tap_order: list[str]) -> tuple[list[TapSummary], list[FirstDivergence]]:
@@ -214,16 +240,61 @@ def run_backend(backend: Backend, fixture: Fixture, precision: Precision) -> tup
                                    lambda: validate_output(backend, fixture, output, supported))
 
 
+_END = object()
+
+
+def backend_cases(
+    backend: Backend, fixture: Fixture, precision: Precision, supported: list[str], clock: list[float]
+) -> Iterator[tuple[Case, dict[str, np.ndarray]]]:
+    """A backend's checked output one case at a time, in the fixture's order; `clock[0]` adds its run time.
+
+    A backend with `streams = True` is asked for one case at a time (`run_cases`), so only one case
+    of its output is alive; any other backend runs whole (`run`) and is checked by `validate_output`.
+    """
+    name = backend.name
+    start = time.perf_counter()
+    if getattr(type(backend), "streams", False) is not True:
+        _, output = run_backend(backend, fixture, precision)
+        clock[0] += time.perf_counter() - start
+        for case in fixture.cases:
+            yield case, output.pop(case.name)
+        return
+    view = fixture.for_backend()
+    declared = set(supported)
+    cases = call_backend(name, f"run ({precision})", lambda: iter(backend.run_cases(view, precision)))
+    clock[0] += time.perf_counter() - start
+    for case in fixture.cases:
+        start = time.perf_counter()
+        item = call_backend(name, f"run ({precision})", lambda: next(cases, _END))
+        clock[0] += time.perf_counter() - start
+        if item is _END:
+            raise BackendFailed(f"backend {name!r} returned no result for case {case.name!r}")
+        if not isinstance(item, tuple) or len(item) != 2 or item[0] != case.name:
+            got = one_line(repr(item[0] if isinstance(item, tuple) and item else item))[:80]
+            raise BackendFailed(f"backend {name!r}: run_cases yielded {got} where case {case.name!r} "
+                                "was due (one (case name, taps) pair per case, in the fixture's order)")
+        checked = checked_case_taps(name, case.name, item[1], declared)
+        del item  # the backend's own arrays: only the checked copy stays alive while it is compared
+        yield case, checked
+        del checked
+    extra = call_backend(name, f"run ({precision})", lambda: next(cases, _END))
+    if extra is not _END:
+        raise BackendFailed(f"backend {name!r}: run_cases yielded more cases than the fixture has")
+
+
 def run_parity(
     fixture: Fixture,
     backends: list[Backend],
     precisions: list[Precision] | None = None,
     progress: Progress | None = None,
+    keep_outputs: bool = True,
     decoding: bool = True,
     budget: bool = True,
 ) -> Report:
     """Run every backend in every requested precision it supports, and compare.
 
+    Each case is compared as it comes and, unless `keep_outputs` (what `--save-outputs` needs), dropped:
+    with a streaming backend and a large fixture, memory holds one case of one backend.
     `budget`: also measure every result against the float64 truth (the error budget, `--budget`
     and the JSON report show it); False skips that work.
 
@@ -234,17 +305,30 @@ def run_parity(
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
     for backend in backends:
+        declined = call_backend(backend.name, "declines", partial(backend.declines, fixture.for_backend()))
+        if declined is not None and not isinstance(declined, str):
+            raise BackendFailed(f"backend {backend.name!r}: declines() returned {type(declined).__name__}, "
+                                "expected a reason (str) or None")
         for precision in wanted:
             if precision not in backend.precisions:
                 report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED,
                                               f"computes in {', '.join(backend.precisions)} only"))
                 continue
+            if declined:
+                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED, one_line(declined)))
+                continue
             say(f"parity: running {backend.name} ({precision}) ...")
-            start = time.perf_counter()
-            supported, output = run_backend(backend, fixture, precision)
-            seconds = time.perf_counter() - start
-            report.runs.append(BackendRun(backend.name, precision, seconds, "ran"))
-            add_output(report, fixture, backend.name, precision, output, supported)
+            supported = checked_supported_taps(backend, fixture)
+            clock = [0.0]
+            judge = CaseJudge(fixture, backend.name, precision, supported, budget)
+            for case, taps in backend_cases(backend, fixture, precision, supported, clock):
+                judge.add(case, taps)
+                if keep_outputs:
+                    report.outputs.setdefault((backend.name, precision), {})[case.name] = taps
+                del taps
+            report.runs.append(BackendRun(backend.name, precision, clock[0], "ran"))
+            judge.finish(report)
+            release_memory()
     if decoding:
         from harness.decode_check import run_decoding
 
@@ -253,12 +337,56 @@ def run_parity(
     return report
 
 
+def release_memory() -> None:
+    """After a backend run: hand the memory it freed back to the OS (glibc keeps freed blocks of up to
+    32 MB in its heap, so a GPT-2-sized backend's arrays would stay in the RSS of the next one)."""
+    import contextlib
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if name:
+        with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no malloc_trim): nothing to do
+            ctypes.CDLL(name).malloc_trim(0)
+
+
+class CaseJudge:
+    """Judges one (backend, precision) output case by case: tier results and the budget, then `finish`."""
+
+    def __init__(self, fixture: Fixture, name: str, precision: Precision, supported: list[str],
+                 budget: bool = True) -> None:
+        self.fixture, self.name, self.precision, self.supported = fixture, name, precision, supported
+        self.by_tier: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers_for(precision)}
+        self.budget = BudgetAccumulator(name, precision, fixture.tap_names, supported) if budget else None
+
+    def add(self, case: Case, taps: dict[str, np.ndarray]) -> None:
+        """Compare one case in each tier, one golden tier in memory at a time, and add it to the budget."""
+        cut = {t: self.fixture.select_rows(t, case, a) for t, a in taps.items()} if self.budget else {}
+        if self.budget is not None and "fp64" not in self.by_tier:  # the budget's truth is the float64 golden
+            self.budget.add_case(case.name, cut, self.fixture.golden_case("fp64", case.name))
+        for tier in self.by_tier:
+            golden = self.fixture.golden_case(tier, case.name)
+            self.by_tier[tier] += compare_case(self.name, self.fixture, self.precision, case, taps, self.supported,
+                                               {tier: golden})[tier]
+            if tier == "fp64" and self.budget is not None:
+                self.budget.add_case(case.name, cut, golden)
+            del golden
+
+    def finish(self, report: Report) -> None:
+        report.results += [r for results in self.by_tier.values() for r in results]
+        report.supported[(self.name, self.precision)] = list(self.supported)
+        if self.budget is not None:
+            report.budget += self.budget.rows()
+
+
 def add_output(
     report: Report, fixture: Fixture, name: str, precision: Precision, output: BackendOutput, supported: list[str]
 ) -> None:
     """Judge one (backend, precision) output against the goldens, whatever produced it, into `report`.
 
-    `run_parity` calls it for each live backend run, `harness.dump.compare_dumps` for each dump.
+    `harness.dump.compare_dumps` calls it for each dump (`run_parity` judges live runs case by case).
     """
     report.results += compare_output(name, fixture, precision, output, supported)
     report.outputs[(name, precision)] = output
@@ -285,5 +413,9 @@ def name_divergences(divergences: list[FirstDivergence], fixture: Fixture) -> No
         if d.index is None:
             continue
         template = tap_shape_template(fixture.config, d.tap)
+        rows = fixture.tap_rows.get(d.tap)
+        if rows is not None:  # the golden keeps the last positions: index them as positions of the case
+            axis, length = row_axis(template), len(fixture.case(d.case).tokens)
+            d.index = [i + (length - min(rows, length)) if a == axis else i for a, i in enumerate(d.index)]
         d.location, d.axes = name_index(d.tap, template, d.index, fixture.case(d.case).tokens, fixture.vocab,
                                         fixture.config.n_head, fixture.config.d_mlp)

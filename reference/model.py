@@ -128,10 +128,15 @@ def unembed(x: Tensor, params: Mapping[str, Tensor], config: GPTConfig, taps: Ta
     return ln @ params["wte.weight"].T  # (T, V)
 
 
-def forward(params: Mapping[str, Tensor], config: GPTConfig, tokens: Tensor, taps: Taps | None = None) -> Tensor:
+def forward(
+    params: Mapping[str, Tensor], config: GPTConfig, tokens: Tensor, taps: Taps | None = None,
+    lens_rows: int | None = None,
+) -> Tensor:
     """The whole pass: token ids (T,) -> logits (T, V). Fills `taps` in dataflow order if given.
 
-    The dtype of the computation is the dtype of the parameters.
+    The dtype of the computation is the dtype of the parameters. `lens_rows`: `probs` and every
+    `logit_lens.k` only for the last min(T, lens_rows) positions (a [T, V] tap per stream does not
+    scale to GPT-2's vocabulary; docs/fixture-format.md, "rows"); None computes every position.
     """
     T = tokens.shape[-1]
     if config.n_ctx < T:
@@ -152,9 +157,11 @@ def forward(params: Mapping[str, Tensor], config: GPTConfig, tokens: Tensor, tap
     logits = unembed(x, params, config, taps, "ln_final")  # (T, V)
     _record(taps, "logits", logits)
     if taps is not None:
-        taps["probs"] = torch.softmax(logits, dim=-1)  # (T, V)
+        last = slice(None) if lens_rows is None else slice(-lens_rows, None)  # the positions kept
+        taps["probs"] = torch.softmax(logits[..., last, :], dim=-1)  # (T or rows, V)
         for k, stream in enumerate(streams):  # the logit lens: read stream k as if it were the last
-            taps[f"logit_lens.{k}"] = torch.softmax(unembed(stream, params, config, None, ""), dim=-1)  # (T, V)
+            lens = unembed(stream[..., last, :], params, config, None, "")  # (T or rows, V)
+            taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)  # (T or rows, V)
     return logits
 
 
@@ -229,8 +236,12 @@ class GPT(nn.Module):
         return forward(self.params(), self.config, tokens, taps)
 
 
-def run_with_taps(params: Mapping[str, Tensor], config: GPTConfig, tokens: list[int]) -> Taps:
+def run_with_taps(
+    params: Mapping[str, Tensor], config: GPTConfig, tokens: list[int], lens_rows: int | None = None
+) -> Taps:
     """Every tap for one sequence, computed in the parameters' dtype, without autograd.
+
+    `lens_rows`: as in `forward` (probs and the logit lens for the last positions only).
 
     Each tap is its own contiguous copy: some taps are strided views (q, k, v of one matmul), which
     `safetensors.numpy.save_file` would copy as a raw buffer, strides ignored; and some are the same
@@ -238,7 +249,7 @@ def run_with_taps(params: Mapping[str, Tensor], config: GPTConfig, tokens: list[
     """
     taps: Taps = {}
     with torch.no_grad():
-        forward(params, config, torch.tensor(tokens, dtype=torch.int64), taps)
+        forward(params, config, torch.tensor(tokens, dtype=torch.int64), taps, lens_rows)
     return {name: t.clone(memory_format=torch.contiguous_format) for name, t in taps.items()}
 
 

@@ -135,8 +135,12 @@ def unembed(x: np.ndarray, params: Params, config: GPTConfig, taps: Taps, name: 
     return logits
 
 
-def forward(params: Params, config: GPTConfig, tokens: list[int]) -> Taps:
-    """The whole pass for one sequence: every tap, in dataflow order, in the parameters' dtype."""
+def forward(params: Params, config: GPTConfig, tokens: list[int], lens_rows: int | None = None) -> Taps:
+    """The whole pass for one sequence: every tap, in dataflow order, in the parameters' dtype.
+
+    `lens_rows`: `probs` and the logit lens for the last min(T, lens_rows) positions only (the
+    fixture's "rows" of those taps, docs/fixture-format.md); None: every position.
+    """
     taps: Taps = {}
     T = len(tokens)
     wte = params["wte.weight"]  # (V, d)
@@ -154,9 +158,10 @@ def forward(params: Params, config: GPTConfig, tokens: list[int]) -> Taps:
         streams.append(x)
     logits = unembed(x, params, config, taps, "ln_final")  # (T, V)
     taps["logits"] = logits
-    taps["probs"] = softmax(logits)  # (T, V)
+    last = slice(None) if lens_rows is None else slice(-lens_rows, None)  # the positions kept
+    taps["probs"] = softmax(logits[last])  # (T or rows, V)
     for k, stream in enumerate(streams):  # the logit lens: read stream k as if it were the last
-        taps[f"logit_lens.{k}"] = softmax(unembed(stream, params, config, {}, ""))  # (T, V)
+        taps[f"logit_lens.{k}"] = softmax(unembed(stream[last], params, config, {}, ""))  # (T or rows, V)
     return taps
 
 

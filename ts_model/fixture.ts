@@ -35,6 +35,7 @@ export interface Fixture {
   readonly config: GPTConfig;
   readonly cases: readonly Case[];
   readonly taps: readonly string[]; // dataflow order
+  readonly rows: ReadonlyMap<string, number>; // taps whose golden keeps only the last positions ("rows")
   readonly tolerances: Readonly<Record<Precision, TierTolerances>>;
   readonly files: { readonly weights: string; readonly golden: Readonly<Record<Precision, string>> };
   readonly sha256: Readonly<Record<string, string>>;
@@ -118,6 +119,12 @@ export function parseFixture(m: unknown, root: string, path: string): Fixture {
   if (taps.length !== expected.length || taps.some((t, i) => t !== expected[i])) {
     fail("taps do not match the model's tap list (names or order)");
   }
+  const rows = new Map<string, number>();
+  for (const t of m.taps as unknown[]) {
+    if (!isObject(t) || t.rows === undefined) continue;
+    if (typeof t.rows !== "number" || !Number.isInteger(t.rows) || t.rows < 1) fail(`tap '${String(t.name)}': rows must be a positive integer`);
+    rows.set(t.name as string, t.rows as number);
+  }
   if (!isObject(m.tolerances)) return fail("missing tolerances");
   const tiers = {} as Record<Precision, TierTolerances>;
   for (const p of ["fp32", "fp64"] as const) {
@@ -139,6 +146,7 @@ export function parseFixture(m: unknown, root: string, path: string): Fixture {
     config,
     cases,
     taps: expected,
+    rows,
     tolerances: tiers,
     files: {
       weights: plainName(files.weights, `${path}: files.weights`),

@@ -372,8 +372,23 @@ export function unembed(x: Tensor, params: Params, config: GPTConfig, taps: Taps
   return linearTransposed(ln, param(params, "wte.weight")); // (T, V)
 }
 
-/** The whole pass: token ids (T,) -> logits (T, V). Fills `taps` in dataflow order if given. */
-export function forward(params: Params, config: GPTConfig, tokens: readonly number[], taps: Taps | null = null): Tensor {
+/** The last `rows` rows of a (T, n) tensor (all of them when T <= rows): a copy. */
+function lastRows(x: Tensor, rows: number | null): Tensor {
+  const [T, n] = x.shape as [number, number];
+  if (rows === null || rows >= T) return x;
+  return { shape: [rows, n], data: x.data.slice((T - rows) * n) }; // (rows, n)
+}
+
+/** The whole pass: token ids (T,) -> logits (T, V). Fills `taps` in dataflow order if given.
+ *  `lensRows`: probs and every logit_lens.k for the last min(T, lensRows) positions only (the
+ *  fixture's "rows" of those taps: a [T, V] tap per stream does not scale to GPT-2). */
+export function forward(
+  params: Params,
+  config: GPTConfig,
+  tokens: readonly number[],
+  taps: Taps | null = null,
+  lensRows: number | null = null,
+): Tensor {
   const T = tokens.length;
   const d = config.d_model;
   if (T > config.n_ctx) throw new Error(`sequence of ${T} tokens is longer than the context (${config.n_ctx})`);
@@ -402,10 +417,10 @@ export function forward(params: Params, config: GPTConfig, tokens: readonly numb
   const logits = unembed(x, params, config, taps, "ln_final"); // (T, V)
   record(taps, "logits", logits);
   if (taps !== null) {
-    taps.set("probs", softmax(logits)); // (T, V)
+    taps.set("probs", softmax(lastRows(logits, lensRows))); // (T or rows, V)
     streams.forEach((stream, k) => {
       // the logit lens: read stream k as if it were the last
-      taps.set(`logit_lens.${k}`, softmax(unembed(stream, params, config, null, ""))); // (T, V)
+      taps.set(`logit_lens.${k}`, softmax(unembed(lastRows(stream, lensRows), params, config, null, ""))); // (T or rows, V)
     });
   }
   return logits;

@@ -1,4 +1,7 @@
-// The entry point the harness calls: node ts_model/run.ts FIXTURE_DIR OUT.safetensors
+// The entry point the harness calls: node ts_model/run.ts FIXTURE_DIR OUT.safetensors [--per-case]
+//
+// With --per-case, each case is written as soon as it is computed to OUT.safetensors.{i} (i the
+// case's index), and dropped: memory holds one case (a GPT-2-sized fixture).
 //
 // Reads the fixture's manifest and weights, runs every case through model.ts in float64, and
 // writes every tap of every case to one safetensors file: F64 tensors under "{case}/{tap}" in
@@ -7,16 +10,22 @@
 
 import { readFixture, readParams, FixtureError } from "./fixture.ts";
 import { SafetensorsError, writeSafetensors } from "./safetensors.ts";
-import { computeAllTaps } from "./taps.ts";
+import { computeAllTaps, computeCaseTaps } from "./taps.ts";
 
 function main(argv: readonly string[]): void {
-  if (argv.length !== 2) {
-    throw new FixtureError("usage: node ts_model/run.ts FIXTURE_DIR OUT.safetensors");
+  const perCase = argv.length === 3 && argv[2] === "--per-case";
+  if (argv.length !== 2 && !perCase) {
+    throw new FixtureError("usage: node ts_model/run.ts FIXTURE_DIR OUT.safetensors [--per-case]");
   }
   const [fixtureDir, outPath] = argv as [string, string];
   const fixture = readFixture(fixtureDir);
-  const out = computeAllTaps(fixture, readParams(fixture));
-  writeSafetensors(outPath, out, { producer: "parity ts_model/run.ts", precision: "fp64" });
+  const params = readParams(fixture);
+  const meta = { producer: "parity ts_model/run.ts", precision: "fp64" };
+  if (perCase) {
+    fixture.cases.forEach((c, i) => writeSafetensors(`${outPath}.${i}`, computeCaseTaps(fixture, params, c), meta));
+    return;
+  }
+  writeSafetensors(outPath, computeAllTaps(fixture, params), meta);
 }
 
 try {

@@ -11,6 +11,12 @@ Optionally, a backend decodes incrementally from a key/value cache (harness/deco
 `{prompt: {"step{k}/{tap}": array}}` for steps 0 (the prefill) .. N, taps
 `blocks.{i}.attn.cache_k|cache_v` [H, T, d_head] and `logits` [V]. A backend without it is
 "not supported" for decoding.
+
+Two optional additions, for fixtures of GPT-2 size: a backend that sets `streams = True` also
+defines `run_cases`, a generator of `(case name, {tap: array})` in the fixture's case order, and the
+harness compares and drops each case as it comes (memory bounded by one case); `declines` returns
+a reason to not run at all on a fixture (e.g. too big for a pure-Python interpreter), reported once
+as "not supported".
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from typing import TYPE_CHECKING, ClassVar
 from harness.precision import PRECISIONS, BackendOutput, Precision
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import numpy as np
 
     from harness.decoding import DecodeOutput, DecodeRequest
     from harness.fixture import Fixture
@@ -44,6 +53,7 @@ class Backend:
     precisions: ClassVar[tuple[Precision, ...]] = ()  # what it computes in: ("fp32",), ("fp64",) or both
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs, checked before running
     install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity[onnx]'"
+    streams: ClassVar[bool] = False  # True: `run_cases` yields one case at a time (the harness uses it)
 
     def missing_dependencies(self) -> list[str]:
         """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""
@@ -69,3 +79,11 @@ class Backend:
         `requests` default to the fixture's decoding prompts, each step fed the golden's token.
         """
         raise NotImplementedError
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        """Optional, with `streams = True`: yield (case name, {tap: array}) for every case, in order."""
+        yield from self.run(fixture, precision).items()
+
+    def declines(self, fixture: Fixture) -> str | None:
+        """Why this backend does not run on `fixture` at all (reported once as not supported), or None."""
+        return None

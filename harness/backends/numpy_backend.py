@@ -2,10 +2,14 @@
 
 This is the backend to copy when you add one (docs/adding-a-backend.md walks through it): the
 model is one plain-NumPy function per step (reference/numpy_model.py); the class below casts the
-weights once to the precision's dtype, checks the tokens, and returns every tap.
+weights once to the precision's dtype, checks the tokens, and yields every tap case by case.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
 
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
@@ -24,11 +28,18 @@ class NumpyBackend(Backend):
     requires = ("numpy",)
     install_hint = "pip install numpy"
 
+    streams = True  # one case at a time (`run_cases`): memory bounded by one case
+
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         config, dtype = fixture.config, DTYPES[precision]
         # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
-        params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
-        out: BackendOutput = {}
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: each float32 array is freed once cast (pop)
+        params = {name: weights.pop(name).astype(dtype) for name in list(weights)}
+        lens_rows = fixture.lens_rows()  # the positions the fixture keeps of probs and the lens
         for case in fixture.cases:
             tokens = list(case.tokens)
             # Bad input is a ParityError with one clear line, never an IndexError or garbage numbers.
@@ -39,9 +50,8 @@ class NumpyBackend(Backend):
                 raise FixtureError(
                     f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})"
                 )
-            taps = forward(params, config, tokens)
-            out[case.name] = {tap: taps[tap] for tap in self.supported_taps(fixture)}
-        return out
+            taps = forward(params, config, tokens, lens_rows)
+            yield case.name, {tap: taps[tap] for tap in self.supported_taps(fixture)}
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed
+from harness.fixture import too_big
 from harness.onnx_graph import (
     check_onnx_model,
     expected_outputs,
@@ -24,12 +25,19 @@ if TYPE_CHECKING:
     from harness.fixture import Fixture
 
 
+ONNX_REFERENCE_LIMIT = 10_000_000  # parameters; GPT-2 small has 124,439,808
+
+
 class OnnxReferenceBackend(Backend):
     name: ClassVar[str] = "onnx-reference"
     description: ClassVar[str] = "model.onnx under onnx.reference.ReferenceEvaluator (pure Python)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnx",)
     install_hint: ClassVar[str] = "pip install 'parity[onnx]'"
+
+    def declines(self, fixture: Fixture) -> str | None:
+        return too_big(fixture, ONNX_REFERENCE_LIMIT, "onnx.reference evaluates the graph in pure Python "
+                       "(NumPy kernels, one node at a time): minutes per case at this size")
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:

@@ -24,6 +24,9 @@ class OnnxRuntimeWebOptimizedBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     install_hint: ClassVar[str] = browser.INSTALL_HINT
 
+    def declines(self, fixture: Fixture) -> str | None:
+        return browser.declines_big(fixture)
+
     def missing_dependencies(self) -> list[str]:
         return browser.missing(("onnxruntime-web",))
 

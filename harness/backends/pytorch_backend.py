@@ -1,16 +1,19 @@
 """The `pytorch` backend: the reference model itself (reference/model.py), in float32 and float64.
 
 In float64 the float32 weights are upcast and everything, the positional table included, is
-computed in float64: this is what the fp64 golden file holds.
+computed in float64: this is what the fp64 golden file holds. It streams: one case at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.decoding import reference_decode
-from reference.run import reference_taps
+from reference.run import reference_taps, torch_params
 
 if TYPE_CHECKING:
     from harness.decoding import DecodeOutput, DecodeRequest
@@ -24,8 +27,19 @@ class PyTorchBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("torch",)
     install_hint: ClassVar[str] = "pip install 'parity[torch]'"
 
+    streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
+
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision)
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
+        params = torch_params(weights, precision, consume=True)  # each float32 array freed once cast
+        lens_rows = fixture.lens_rows()
+        for case in fixture.cases:
+            yield case.name, dict(reference_taps(params, fixture.config, [case], precision, lens_rows=lens_rows,
+                                                 cast=False)[case.name])
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True

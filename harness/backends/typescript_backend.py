@@ -1,15 +1,19 @@
 """The TypeScript backend: Node runs `ts_model/run.ts`, the float64 port of the reference model.
 
-`node ts_model/run.ts FIXTURE_DIR OUT.safetensors` writes every tap of every case in float64 under
-"{case}/{tap}"; this class starts it in a temporary directory and reads the file back. Which Node,
-and the settings (`PARITY_NODE`, `PARITY_TS_DIR`, `PARITY_NODE_TIMEOUT`): harness/node.py.
+`node ts_model/run.ts FIXTURE_DIR OUT.safetensors --per-case` writes every tap of each case in float64
+under "{case}/{tap}", one file per case (OUT.safetensors.{i}); this class starts it in a temporary
+directory and reads the files back one case at a time (`run_cases`), deleting each once read.
+Which Node, and the settings (`PARITY_NODE`, `PARITY_TS_DIR`, `PARITY_NODE_TIMEOUT`): harness/node.py.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
@@ -25,6 +29,7 @@ class TypeScriptBackend(Backend):
     description: ClassVar[str] = "ts_model/model.ts on Node, float64 (JavaScript numbers), no dependencies"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
     install_hint: ClassVar[str] = INSTALL_HINT
+    streams: ClassVar[bool] = True  # run.ts --per-case: one file per case, read and dropped one at a time
 
     def missing_dependencies(self) -> list[str]:
         try:
@@ -36,28 +41,35 @@ class TypeScriptBackend(Backend):
         return []
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         if precision != "fp64":
             raise BackendFailed(f"typescript computes in float64 only, not {precision}")
         node = find_node()
         script = ts_dir() / "run.ts"
         if not script.is_file():
             raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding run.ts)")
-        timeout = timeout_seconds()
+        timeout = timeout_seconds(fixture)
         with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
             out_path = Path(tmp) / "taps.safetensors"
-            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path)]
+            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path), "--per-case"]
             stderr = run_node(args, tmp, timeout, script)
-            if not out_path.is_file():
-                raise BackendFailed(
-                    f"typescript: {script.name} exited 0 but wrote no output ({last_line(stderr)})"
-                )
             from harness.fixture import read_safetensors
 
-            try:
-                tensors = read_safetensors(out_path)
-            except FixtureError as exc:
-                raise BackendFailed(f"typescript: unreadable output: {exc}") from None
-        return split_by_case(fixture, tensors)
+            for i, case in enumerate(fixture.cases):
+                path = out_path.with_name(f"{out_path.name}.{i}")
+                if not path.is_file():
+                    raise BackendFailed(
+                        f"typescript: {script.name} exited 0 but wrote no output for case {case.name!r} "
+                        f"({last_line(stderr)})"
+                    )
+                try:
+                    tensors = read_safetensors(path)
+                except FixtureError as exc:
+                    raise BackendFailed(f"typescript: unreadable output: {exc}") from None
+                path.unlink()
+                yield case.name, split_by_case(fixture, tensors, cases=[case])[case.name]
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         """With ts_model/run-decode.ts (model.ts's `decode`, float64)."""

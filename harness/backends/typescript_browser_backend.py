@@ -24,6 +24,10 @@ class TypeScriptBrowserBackend(Backend):
     description: ClassVar[str] = "ts_model/model.ts bundled by esbuild, in headless Chrome (puppeteer-core), float64"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
     install_hint: ClassVar[str] = browser.INSTALL_HINT
+    streams: ClassVar[bool] = False  # the browser driver returns every case at once (run)
+
+    def declines(self, fixture: Fixture) -> str | None:
+        return browser.declines_big(fixture)
 
     def missing_dependencies(self) -> list[str]:
         out = browser.missing()

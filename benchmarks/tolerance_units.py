@@ -1,0 +1,51 @@
+"""Measure c of the per-tap rule atol = c * eps * M_tap: every compared tap of a run, in eps * M_tap units.
+
+`python -m benchmarks.tolerance_units REPORT.json --fixture DIR`: REPORT.json is `parity run --json`
+on a scaled fixture (harness/presets.py). For each golden tier it prints the worst `max_abs /
+(eps_tier * M_tap)` per backend x precision (M_tap = max |golden| of the tap over the cases, in
+that tier's golden), and the taps where the worst ones happen: the table of docs/tolerances.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from harness.budget import tap_magnitude
+from harness.fixture import load_fixture
+
+EPS = {"fp32": float(np.finfo(np.float32).eps), "fp64": float(np.finfo(np.float64).eps)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks.tolerance_units", description=__doc__.splitlines()[0])
+    parser.add_argument("report")
+    parser.add_argument("--fixture", required=True)
+    parser.add_argument("--top", type=int, default=3, help="worst taps listed per row")
+    args = parser.parse_args(argv)
+    fixture = load_fixture(args.fixture)
+    magnitude = {tier: {tap: tap_magnitude(fixture.golden_case(tier, c.name)[tap] for c in fixture.cases)  # type: ignore[arg-type]
+                        for tap in fixture.tap_names} for tier in ("fp32", "fp64")}
+    with open(args.report, encoding="utf-8") as f:
+        report = json.load(f)
+    rows: dict[tuple[str, str, str], list[tuple[float, str]]] = {}
+    for t in report["taps"]:
+        if t.get("max_abs") is None or t["status"] == "not_supported":
+            continue
+        tier = t["golden"]
+        m = magnitude[tier][t["tap"]]
+        units = t["max_abs"] / (EPS[tier] * m) if m else 0.0
+        rows.setdefault((t["backend"], t["precision"], tier), []).append((units, t["tap"]))
+    print(f"{'backend':<22} {'result':<6} {'golden':<6} {'worst units':>11}  worst taps")
+    for (backend, precision, tier), units in rows.items():
+        units.sort(reverse=True)
+        top = ", ".join(f"{tap} {u:.2g}" for u, tap in units[: args.top])
+        print(f"{backend:<22} {precision:<6} {tier:<6} {units[0][0]:>11.3g}  {top}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
