@@ -219,19 +219,25 @@ class Fixture:
         self.loose += problems
 
     def _check_overrides(self, precision: Precision, golden: dict[str, dict[str, np.ndarray]]) -> None:
+        """Each per-tap override against its ceiling (`_check_override_ceilings`), from goldens in memory."""
+        if self.tolerances[precision].overrides:
+            self._check_override_ceilings(precision, {
+                tap: max((float(np.abs(golden[c.name][tap][np.isfinite(golden[c.name][tap])]).max(initial=0.0))
+                          for c in self.cases), default=0.0)
+                for tap in self.tap_names})
+
+    def _check_override_ceilings(self, precision: Precision, magnitude: dict[str, float]) -> None:
         """Each per-tap override against the ceiling scaled by the largest golden magnitude up to that tap.
 
-        Up to: the largest finite |golden| of that tap and of every tap before it in dataflow order,
-        over every case. Round-off carried from upstream scales with what the computation has carried:
-        a softmax after scores of 1e4 is as far off as those scores' round-off (docs/tolerances.md).
+        `magnitude[tap]`: the largest finite |golden| of that tap over every case. Up to: of that tap
+        and of every tap before it in dataflow order. Round-off carried from upstream scales with what
+        the computation has carried: a softmax after scores of 1e4 is as far off as those scores'
+        round-off (docs/tolerances.md).
         """
         overrides = self.tolerances[precision].overrides
-        if not overrides:
-            return
         carried = 0.0
         for tap in self.tap_names:
-            finite = (np.abs(a[np.isfinite(a)]).max(initial=0.0) for a in (golden[c.name][tap] for c in self.cases))
-            carried = max(carried, float(max(finite, default=0.0)))
+            carried = max(carried, magnitude.get(tap, 0.0))
             if tap in overrides:
                 tol = overrides[tap]
                 self._loose(override_problems(precision, tap, tol.atol, tol.rtol, carried))
@@ -395,11 +401,10 @@ class Fixture:
         for case in self.cases:
             for tap in self.tap_names:
                 t = self._golden_tensor(path, f, precision, case, tap)
-                if tap in self.tolerances[precision].overrides:
-                    finite = np.abs(t[np.isfinite(t)]).max(initial=0.0)
-                    magnitude[tap] = max(magnitude.get(tap, 0.0), float(finite))
-        for tap, tol in self.tolerances[precision].overrides.items():
-            self._loose(override_problems(precision, tap, tol.atol, tol.rtol, magnitude.get(tap, 0.0)))
+                finite = np.abs(t[np.isfinite(t)]).max(initial=0.0)
+                magnitude[tap] = max(magnitude.get(tap, 0.0), float(finite))
+        if self.tolerances[precision].overrides:
+            self._check_override_ceilings(precision, magnitude)
         self._validated.add(precision)
 
     def golden_case(self, precision: Precision, case: str) -> dict[str, np.ndarray]:
