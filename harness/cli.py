@@ -24,7 +24,7 @@ from harness.resources import stress_fixture_dir
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
-    from harness.runner import Report
+    from harness.results import Report
 
 
 def _parse_backends(text: str | None) -> list[str] | None:

@@ -150,7 +150,7 @@ def run_decoding(
     fixture: Fixture, backends: list[Backend], precisions: list[Precision], progress: Progress | None = None
 ) -> DecodingReport:
     """Decode with every backend that supports it, in every wanted precision it computes in; compare."""
-    from harness.runner import tiers_for
+    from harness.precision import tiers_for
 
     say = progress or (lambda _msg: None)
     decoding = fixture.decoding()

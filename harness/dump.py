@@ -24,7 +24,8 @@ from harness.errors import ParityError
 from harness.fixture import Fixture
 from harness.fixture_id import fixture_id
 from harness.precision import PRECISIONS, BackendOutput, Precision
-from harness.runner import BackendRun, Report, add_output, finish_report
+from harness.results import BackendRun, Report
+from harness.runner import add_output, finish_report
 from harness.strict_json import StrictJSONError, loads_strict
 
 FORMAT_NAME = "parity-dump"

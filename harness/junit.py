@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
 from harness.errors import ParityError
-from harness.runner import Report
+from harness.results import Report
 from harness.text import num_text
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, OK, TapSummary
 from harness.report import divergence_paragraph, loose_line, tolerances_line, verdict_line
-from harness.runner import Report
+from harness.results import Report
 from harness.text import num_text, tier_label, tolerance_text
 
 

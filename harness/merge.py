@@ -19,7 +19,7 @@ from harness.budget import GOLDEN_FP32, BudgetRow
 from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
 from harness.errors import ParityError
 from harness.report import SCHEMA_VERSION
-from harness.runner import BackendRun, Report
+from harness.results import BackendRun, Report
 from harness.strict_json import StrictJSONError, loads_strict
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from harness.budget import tap_magnitude
 from harness.compare import NOT_SUPPORTED
 from harness.errors import ParityError
 from harness.fixture import Fixture
-from harness.runner import Report
+from harness.results import Report
 
 INSTALL_HINT = "pip install 'parity[plot]'"
 DPI = 100

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.compare import NOT_SUPPORTED, FirstDivergence, TapSummary
-from harness.runner import Report
+from harness.results import Report
 from harness.text import num_text, tier_label, tolerance_text
 
 SCHEMA_VERSION = 1

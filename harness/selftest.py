@@ -43,7 +43,8 @@ from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
 from harness.fixture import Fixture
 from harness.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
 from harness.registry import load_backend
-from harness.runner import Report, run_parity
+from harness.results import Report
+from harness.runner import run_parity
 from harness.text import tier_key
 from reference.run import reference_taps
 

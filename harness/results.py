@@ -1,0 +1,87 @@
+"""What a run produces, as plain data: each backend run and the Report the views render.
+
+A Report is built by the runner from live backends (`harness.runner.run_parity`), from saved
+outputs (`harness.dump.compare_dumps`) or from JSON reports (`harness.merge.merge_reports`); the
+views (report, junit, markdown, plots) read it and never import the runner. The per-tensor and
+per-tap results it holds are `harness.compare`'s, the budget rows `harness.budget`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from harness.budget import BudgetRow
+from harness.compare import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary
+from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK
+from harness.precision import BackendOutput
+
+if TYPE_CHECKING:
+    from harness.decode_check import DecodingReport
+
+
+@dataclass
+class BackendRun:
+    backend: str
+    precision: str
+    seconds: float
+    status: str  # "ran" or "not_supported" (a backend that fails stops the run: BackendFailed, exit 2)
+    message: str = ""
+
+
+@dataclass
+class Report:
+    fixture: str
+    results: list[CheckResult] = field(default_factory=list)
+    summaries: list[TapSummary] = field(default_factory=list)
+    divergences: list[FirstDivergence] = field(default_factory=list)
+    runs: list[BackendRun] = field(default_factory=list)
+    budget: list[BudgetRow] = field(default_factory=list)  # every result against the float64 truth
+    measure_budget: bool = field(default=True, repr=False)  # False: leave `budget` empty (nothing shows it)
+    skipped: list[str] = field(default_factory=list)  # registered backends not run: missing dependencies
+    tolerances: dict[str, Any] = field(default_factory=dict)  # Fixture.tolerance_summary(): in force, loose
+    # What each backend returned, by (backend, precision): {case: {tap: array}}. Not written to JSON.
+    outputs: dict[tuple[str, str], BackendOutput] = field(default_factory=dict, repr=False)
+    fixture_id: str = ""  # the fixture's content hash (harness/fixture_id.py), "" when not computed
+    # The taps each (backend, precision) declared: what a dump of its output holds. Not written to JSON.
+    supported: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
+    # The decoding check (harness/decode_check.py); None when no decoding was attempted (dumps, merges).
+    decoding: DecodingReport | None = None
+
+    @property
+    def n_decoding_failed(self) -> int:
+        return self.decoding.n_failed if self.decoding is not None else 0
+
+    @property
+    def n_failed(self) -> int:
+        return sum(1 for r in self.results if r.passed is False)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(1 for r in self.results if r.passed is True)
+
+    @property
+    def passed(self) -> bool:
+        return self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
+
+    def taps_compared(self) -> dict[str, tuple[int, int]]:
+        """Per backend (in run order): how many taps were compared in any tier, of the fixture's taps."""
+        compared: dict[str, set[str]] = {}
+        every: dict[str, set[str]] = {}
+        for r in self.results:
+            every.setdefault(r.backend, set()).add(r.tap)
+            taps = compared.setdefault(r.backend, set())
+            if r.status != NOT_SUPPORTED:
+                taps.add(r.tap)
+        return {b: (len(compared[b]), len(every[b])) for b in compared}
+
+    @property
+    def loose(self) -> bool:
+        """True when the fixture's tolerances exceed their ceilings (--allow-loose-tolerances)."""
+        return bool(self.tolerances.get("loose"))
+
+    @property
+    def exit_code(self) -> int:
+        if self.n_passed + self.n_failed == 0:
+            return EXIT_BAD_INPUT  # nothing compared at all: never a silent pass
+        return EXIT_DISAGREE if self.n_failed or self.n_decoding_failed else EXIT_OK
