@@ -14,8 +14,9 @@ import { readFileSync } from "node:fs";
 
 import { dumpMetadata, fixtureId } from "./dump-format.ts";
 import { FixtureError, readFixture, readParams } from "./fixture.ts";
-import { SafetensorsError, writeSafetensors } from "./safetensors.ts";
+import { writeSafetensors } from "./safetensors.ts";
 import { computeAllTaps } from "./taps.ts";
+import { runMain } from "./entry.ts";
 
 /** The version of this checkout (package.json), which releases with parity. */
 function packageVersion(): string {
@@ -44,10 +45,4 @@ function main(argv: readonly string[]): void {
   process.stdout.write(`dump.mts: wrote ${outPath} (${backend} fp64, ${taps.size} tensors, ${metadata.fixture_id})\n`);
 }
 
-try {
-  main(process.argv.slice(2));
-} catch (err) {
-  const message = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, " ");
-  process.stderr.write(`dump.mts: ${message}\n`);
-  process.exitCode = err instanceof FixtureError || err instanceof SafetensorsError ? 2 : 1;
-}
+runMain("dump.mts", main);

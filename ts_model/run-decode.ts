@@ -11,7 +11,8 @@ import { readFileSync } from "node:fs";
 import { FixtureError, readFixture, readParams } from "./fixture.ts";
 import { decode } from "./model.ts";
 import type { Tensor } from "./model.ts";
-import { SafetensorsError, writeSafetensors } from "./safetensors.ts";
+import { writeSafetensors } from "./safetensors.ts";
+import { runMain } from "./entry.ts";
 
 interface Request {
   readonly name: string;
@@ -59,10 +60,4 @@ function main(argv: readonly string[]): void {
   writeSafetensors(outPath, out, { producer: "parity ts_model/run-decode.ts", precision: "fp64" });
 }
 
-try {
-  main(process.argv.slice(2));
-} catch (err) {
-  const message = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, " ");
-  process.stderr.write(`run-decode.ts: ${message}\n`);
-  process.exitCode = err instanceof FixtureError || err instanceof SafetensorsError ? 2 : 1;
-}
+runMain("run-decode.ts", main);

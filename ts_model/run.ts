@@ -9,8 +9,9 @@
 // and exit code 2 (bad input) or 1 (anything else).
 
 import { readFixture, readParams, FixtureError } from "./fixture.ts";
-import { SafetensorsError, writeSafetensors } from "./safetensors.ts";
+import { writeSafetensors } from "./safetensors.ts";
 import { computeAllTaps, computeCaseTaps } from "./taps.ts";
+import { runMain } from "./entry.ts";
 
 function main(argv: readonly string[]): void {
   const perCase = argv.length === 3 && argv[2] === "--per-case";
@@ -28,10 +29,4 @@ function main(argv: readonly string[]): void {
   writeSafetensors(outPath, computeAllTaps(fixture, params), meta);
 }
 
-try {
-  main(process.argv.slice(2));
-} catch (err) {
-  const message = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, " ");
-  process.stderr.write(`run.ts: ${message}\n`);
-  process.exitCode = err instanceof FixtureError || err instanceof SafetensorsError ? 2 : 1;
-}
+runMain("run.ts", main);

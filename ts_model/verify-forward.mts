@@ -17,8 +17,9 @@ import { FixtureError, hashMismatches, readFixture, readParams } from "./fixture
 import type { Fixture, Precision } from "./fixture.ts";
 import { computeCaseTaps } from "./taps.ts";
 import type { Tensor } from "./model.ts";
-import { SafetensorsError, readSafetensors } from "./safetensors.ts";
+import { readSafetensors } from "./safetensors.ts";
 import type { SafeTensor } from "./safetensors.ts";
+import { runMain } from "./entry.ts";
 
 function goldenTensors(fixture: Fixture, precision: Precision): Map<string, SafeTensor> {
   const path = join(fixture.root, fixture.files.golden[precision]);
@@ -101,10 +102,4 @@ function main(argv: readonly string[]): number {
   return 0;
 }
 
-try {
-  process.exitCode = main(process.argv.slice(2));
-} catch (err) {
-  const message = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, " ");
-  process.stderr.write(`verify-forward: ${message}\n`);
-  process.exitCode = err instanceof FixtureError || err instanceof SafetensorsError ? 2 : 1;
-}
+runMain("verify-forward", main);
