@@ -13,14 +13,13 @@ torch is imported inside `export_decode_onnx` only; decoding needs onnx and onnx
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.errors import BackendFailed, FixtureError
-from harness.onnx_graph import ONNX_OPSET, load_onnx
+from harness.onnx_graph import load_onnx
 
 if TYPE_CHECKING:
     from harness.decoding import DecodeOutput, DecodeRequest
@@ -42,7 +41,7 @@ def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: 
     """Write `reference.model.decode_step` as one self-contained .onnx file (checked, then renamed into place)."""
     import torch
 
-    from harness.onnx_export import _quiet
+    from harness.onnx_export import export_program
     from reference.config import param_shapes
     from reference.model import decode_step
 
@@ -68,25 +67,8 @@ def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: 
     example = (torch.zeros(1, dtype=torch.int64), *[torch.zeros(H, n_past, dh) for _ in range(2 * L)])
     past_dim = torch.export.Dim("P", min=1, max=max(config.n_ctx - 1, 2))
     dynamic: Any = (None, tuple({1: past_dim} for _ in range(2 * L)))  # token, then the *past tuple
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with _quiet() as log, torch.no_grad():
-            try:
-                program = torch.onnx.export(
-                    DecodeModule().eval(), example, dynamo=True, opset_version=ONNX_OPSET,
-                    input_names=input_names(L), output_names=output_names(L), dynamic_shapes=dynamic,
-                    external_data=False, verbose=False,
-                )
-                assert program is not None
-                program.save(str(tmp), external_data=False)
-            except Exception as exc:
-                tail = log.getvalue().strip().splitlines()[-5:]
-                raise RuntimeError(f"ONNX export of {path} failed: {exc}\n" + "\n".join(tail)) from exc
-        check_decode_model(load_onnx(tmp), path, config)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    export_program(DecodeModule().eval(), example, Path(path), input_names(L), output_names(L), dynamic,
+                   lambda model, where: check_decode_model(model, where, config))
 
 
 def check_decode_model(model: Any, path: Path, config: GPTConfig) -> None:

@@ -18,7 +18,7 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,28 +120,34 @@ def export_onnx(
     dynamic: Any = None
     if config.n_ctx > 1:
         dynamic = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},)
-    path = Path(path)
+    export_program(TapsModule().eval(), (example,), Path(path), [INPUT_NAME], names, dynamic,
+                   lambda model, where: check_onnx_model(model, where, tap_names(config.n_layer), outputs))
+
+
+def export_program(
+    module: Any, example: tuple[Any, ...], path: Path, input_names: list[str], output_names: list[str],
+    dynamic: Any, check: Callable[[Any, Path], None],
+) -> None:
+    """Export `module` with the dynamo exporter into `path`, atomically: written beside it, loaded and
+    checked by `check(model, path)`, then moved in place. The exporter's chatter is kept quiet, and its
+    last lines are in the error when it fails."""
+    import torch
+
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with _quiet() as log, torch.no_grad():
             try:
                 program = torch.onnx.export(
-                    TapsModule().eval(),
-                    (example,),
-                    dynamo=True,
-                    opset_version=ONNX_OPSET,
-                    input_names=[INPUT_NAME],
-                    output_names=names,
-                    dynamic_shapes=dynamic,
-                    external_data=False,
-                    verbose=False,
+                    module, example, dynamo=True, opset_version=ONNX_OPSET,
+                    input_names=input_names, output_names=output_names, dynamic_shapes=dynamic,
+                    external_data=False, verbose=False,
                 )
                 assert program is not None
                 program.save(str(tmp), external_data=False)
             except Exception as exc:
                 tail = log.getvalue().strip().splitlines()[-5:]
                 raise RuntimeError(f"ONNX export of {path} failed: {exc}\n" + "\n".join(tail)) from exc
-        check_onnx_model(load_onnx(tmp), path, tap_names(config.n_layer), outputs)
+        check(load_onnx(tmp), path)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
