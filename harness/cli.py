@@ -409,17 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backends", help="comma-separated backend names (default: every available backend)")
     run.add_argument("--precision", choices=["fp32", "fp64", "all"], default="all",
                      help="which computations to check (default: all)")
-    run.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     run.add_argument("--no-skip", action="store_true",
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")
-    run.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    run.add_argument("--budget", action="store_true",
-                     help="add the error budget: every result against the float64 truth, in float32 epsilons")
-    run.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per backend x tier x tap")
-    run.add_argument("--markdown", metavar="PATH",
-                     help="write a Markdown summary (appended to $GITHUB_STEP_SUMMARY too when it is set)")
-    run.add_argument("--plot", metavar="PATH", help="draw the error ladder (PNG or SVG, by extension)")
+    _report_options(run)
     run.add_argument("--save-outputs", metavar="DIR",
                      help="write each backend x precision's taps to DIR/{backend}.{precision}.safetensors "
                           "(a dump: docs/dump-format.md)")
@@ -436,12 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     merge = sub.add_parser("merge", help="merge the JSON reports of sharded runs into one verdict")
     merge.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports (`parity run --json`)")
-    merge.add_argument("--json", metavar="PATH", help="write the merged report as JSON")
-    merge.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per backend x tier x tap")
-    merge.add_argument("--markdown", metavar="PATH",
-                       help="write a Markdown summary (appended to $GITHUB_STEP_SUMMARY too when it is set)")
-    merge.add_argument("--budget", action="store_true", help="add the error budget of every report")
-    merge.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
+    _report_options(merge, plot=False)  # no --plot: a picture needs the fixture (compare the dumps)
     merge.set_defaults(func=cmd_merge)
 
     lens = sub.add_parser("lens", help="the logit lens of one case: each stream's top guess at each position")
@@ -530,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _report_options(parser: argparse.ArgumentParser) -> None:
-    """The report options `parity compare` shares with `parity run`."""
+def _report_options(parser: argparse.ArgumentParser, plot: bool = True) -> None:
+    """The report options `parity run`, `parity compare` and `parity merge` share."""
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
     parser.add_argument("--budget", action="store_true",
@@ -539,7 +527,8 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per backend x tier x tap")
     parser.add_argument("--markdown", metavar="PATH",
                         help="write a Markdown summary (appended to $GITHUB_STEP_SUMMARY too when it is set)")
-    parser.add_argument("--plot", metavar="PATH", help="draw the error ladder (PNG or SVG, by extension)")
+    if plot:
+        parser.add_argument("--plot", metavar="PATH", help="draw the error ladder (PNG or SVG, by extension)")
 
 
 def main(argv: list[str] | None = None) -> int:
