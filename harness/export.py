@@ -82,13 +82,14 @@ def make_cases(vocab_size: int, n_ctx: int, seed: int = SEED) -> list[dict[str, 
 
 def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: int,
                   with_onnx: bool | Mapping[OnnxGraph, Path], progress: Progress,
-                  trained_on: dict[str, str] | None = None, decode_onnx: Path | None = None) -> None:
+                  decode_onnx: Path | None = None) -> None:
     """Write a complete fixture for `weights` (float32, HF names) into `root`, decoding goldens included.
 
     `with_onnx`: export both graphs (True), none (False), or copy existing files {kind: path}; the
     decoder-with-past graph is exported with True, else copied from `decode_onnx` when given.
-    `trained_on`: the platform the weights were trained on when it is not this one (recorded as
-    `provenance.training_platform`); the goldens are always computed here (`provenance.platform`).
+    The goldens are computed here: `provenance.platform` records this platform. A fixture whose
+    goldens were recomputed away from where its weights were trained may say so by hand in
+    `provenance.training_platform`, which `check_fixture` reads.
     """
     import torch
 
@@ -115,7 +116,6 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
             "command": "parity export",
             "weights": "reference.train_tiny.train(TOY, seed, steps); golden: reference.model.run_with_taps",
             "platform": current_platform(),
-            **({"training_platform": trained_on} if trained_on is not None else {}),
         },
         progress=lambda message: progress(f"parity export: {message}"),
     )
