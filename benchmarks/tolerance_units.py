@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from harness.budget import tap_magnitude
+from harness.compare import tap_magnitude
 from harness.fixture import load_fixture
 
 EPS = {"fp32": float(np.finfo(np.float32).eps), "fp64": float(np.finfo(np.float64).eps)}

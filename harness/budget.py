@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from harness.compare import FAIL, NOT_SUPPORTED, OK, compare_tensors
+from harness.compare import FAIL, NOT_SUPPORTED, OK, compare_tensors, tap_magnitude
 from harness.fixture import Fixture
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -57,15 +57,6 @@ def _units(max_abs: float, magnitude: float, eps: float) -> float:
     if magnitude == 0.0 or math.isinf(max_abs):
         return math.inf
     return max_abs / (eps * magnitude)
-
-
-def tap_magnitude(tensors: Iterable[np.ndarray]) -> float:
-    """M: the largest |value| over the finite cells of a tap's tensors (0.0 when there are none)."""
-    magnitude = 0.0
-    for g in tensors:
-        finite = g[np.isfinite(g)]
-        magnitude = max(magnitude, float(np.abs(finite).max()) if finite.size else 0.0)
-    return magnitude
 
 
 def tap_budget(

@@ -14,6 +14,7 @@ Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,15 @@ class TensorComparison:
 
 def _cell(x: np.ndarray, index: tuple[int, ...]) -> float:
     return float(x[index]) if x.ndim else float(x)
+
+
+def tap_magnitude(tensors: Iterable[np.ndarray]) -> float:
+    """M: the largest |value| over the finite cells of a tap's tensors (0.0 when there are none)."""
+    magnitude = 0.0
+    for g in tensors:
+        finite = g[np.isfinite(g)]
+        magnitude = max(magnitude, float(np.abs(finite).max()) if finite.size else 0.0)
+    return magnitude
 
 
 def compare_tensors(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> TensorComparison:

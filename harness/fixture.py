@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.compare import tap_magnitude
 from harness.errors import FixtureError
 from harness.manifest import SEAL_KEY, manifest_digest, validate_manifest
 from harness.precision import DTYPES, PRECISIONS, Precision
@@ -222,9 +223,7 @@ class Fixture:
         """Each per-tap override against its ceiling (`_check_override_ceilings`), from goldens in memory."""
         if self.tolerances[precision].overrides:
             self._check_override_ceilings(precision, {
-                tap: max((float(np.abs(golden[c.name][tap][np.isfinite(golden[c.name][tap])]).max(initial=0.0))
-                          for c in self.cases), default=0.0)
-                for tap in self.tap_names})
+                tap: tap_magnitude(golden[c.name][tap] for c in self.cases) for tap in self.tap_names})
 
     def _check_override_ceilings(self, precision: Precision, magnitude: dict[str, float]) -> None:
         """Each per-tap override against the ceiling scaled by the largest golden magnitude up to that tap.
@@ -401,8 +400,7 @@ class Fixture:
         for case in self.cases:
             for tap in self.tap_names:
                 t = self._golden_tensor(path, f, precision, case, tap)
-                finite = np.abs(t[np.isfinite(t)]).max(initial=0.0)
-                magnitude[tap] = max(magnitude.get(tap, 0.0), float(finite))
+                magnitude[tap] = max(magnitude.get(tap, 0.0), tap_magnitude([t]))
         if self.tolerances[precision].overrides:
             self._check_override_ceilings(precision, magnitude)
         self._validated.add(precision)

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.compare import tap_magnitude
+
 IDENTITY_KEYS = ("system", "machine", "torch", "cpu_capability", "blas", "cpu")
 # Measured worst between three x86-64 platforms (AVX2 Intel, AVX-512 Intel, AVX-512 AMD): 6.9 epsilons
 # at the tap's magnitude in float64; 64 leaves room for other CPUs and stays ~1e5 x below float32 round-off.
@@ -90,9 +92,7 @@ def describe(recorded: object) -> str:
 
 def fp64_cross_platform_atol(golden: np.ndarray) -> float:
     """The float64 cross-platform allowance of one golden tensor: N epsilons at its largest finite magnitude."""
-    finite = np.abs(golden[np.isfinite(golden)])
-    magnitude = float(finite.max()) if finite.size else 0.0
-    return FP64_CROSS_PLATFORM_EPS * float(np.finfo(np.float64).eps) * magnitude
+    return FP64_CROSS_PLATFORM_EPS * float(np.finfo(np.float64).eps) * tap_magnitude([golden])
 
 
 def training_platform(provenance: Mapping[str, Any]) -> object:

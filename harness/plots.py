@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.budget import tap_magnitude
-from harness.compare import NOT_SUPPORTED
+from harness.compare import NOT_SUPPORTED, tap_magnitude
 from harness.errors import ParityError
 from harness.fixture import Fixture
 from harness.results import Report

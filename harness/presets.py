@@ -92,17 +92,14 @@ def lens_tap_rows(config: GPTConfig, rows: int = LENS_ROWS) -> dict[str, int]:
 def scaled_tolerances(goldens: Mapping[Precision, Mapping[str, Mapping[str, np.ndarray]]],
                       taps: Sequence[str]) -> dict[str, Any]:
     """Both tiers' tolerances: the toy's defaults, and a per-tap override atol = c * eps * M_tap (rtol 0)."""
+    from harness.compare import tap_magnitude
     from harness.fixture_writer import default_tolerances
 
     tolerances = default_tolerances()
     for precision in PRECISIONS:
         overrides: dict[str, dict[str, float]] = {}
         for tap in taps:
-            magnitude = 0.0
-            for case_taps in goldens[precision].values():
-                a = case_taps[tap]
-                finite = a[np.isfinite(a)]
-                magnitude = max(magnitude, float(np.abs(finite).max()) if finite.size else 0.0)
+            magnitude = tap_magnitude(case_taps[tap] for case_taps in goldens[precision].values())
             atol = SCALED_C[precision] * EPS[precision] * max(magnitude, float(np.finfo(np.float32).tiny))
             overrides[tap] = {"atol": float(f"{atol:.3e}"), "rtol": 0.0}
         tolerances[precision]["overrides"] = overrides

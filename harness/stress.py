@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.backends.base import Precision
+from harness.compare import tap_magnitude
 from harness.fixture import Case, Fixture, load_fixture
+from harness.precision import Precision
 from reference.config import GPTConfig
 
 PRESET = "toy-stress"
@@ -75,11 +76,6 @@ def masked_gap(taps: Mapping[str, np.ndarray], layer: int, d_head: int) -> float
     return float(max(gaps, default=-math.inf))
 
 
-def _finite_max_abs(a: np.ndarray) -> float:
-    finite = a[np.isfinite(a)]
-    return float(np.abs(finite).max()) if finite.size else 0.0
-
-
 def adversarial_cases(weights: Mapping[str, np.ndarray], config: GPTConfig, vocab: Sequence[str],
                       taken: Sequence[Case]) -> list[Case]:
     """Four cases from the pairs (a, b) repeated to the full context, each the worst of its kind.
@@ -99,10 +95,10 @@ def adversarial_cases(weights: Mapping[str, np.ndarray], config: GPTConfig, voca
         ("max_mask_gap", "the largest masked score above its row's maximum (block 0)",
          lambda t: masked_gap(t, 0, config.d_head)),
         ("max_score", "the largest |attention score|",
-         lambda t: max(_finite_max_abs(t[f"blocks.{i}.attn.hook_attn_scores"]) for i in layers)),
+         lambda t: tap_magnitude(t[f"blocks.{i}.attn.hook_attn_scores"] for i in layers)),
         ("max_mlp_pre", "the largest |mlp.hook_pre|",
-         lambda t: max(_finite_max_abs(t[f"blocks.{i}.mlp.hook_pre"]) for i in layers)),
-        ("max_logit", "the largest |logit|", lambda t: _finite_max_abs(t["logits"])),
+         lambda t: tap_magnitude(t[f"blocks.{i}.mlp.hook_pre"] for i in layers)),
+        ("max_logit", "the largest |logit|", lambda t: tap_magnitude([t["logits"]])),
     ]
     seen = {c.tokens for c in taken}
     out: list[Case] = []
@@ -138,7 +134,7 @@ def error_budget(cases: Sequence[Case], taps: Sequence[str], golden: Mapping[Pre
     table: dict[str, dict[str, float]] = {}
     for tap in taps:
         table[tap] = {
-            "magnitude": max(_finite_max_abs(truth[c.name][tap]) for c in cases),
+            "magnitude": tap_magnitude(truth[c.name][tap] for c in cases),
             "fp32": max(_max_diff(golden["fp32"][c.name][tap], golden["fp64"][c.name][tap]) for c in cases),
             "fp64": max(_max_diff(golden["fp64"][c.name][tap], truth[c.name][tap]) for c in cases),
         }
