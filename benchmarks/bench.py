@@ -39,12 +39,12 @@ def bench_backends(fixture_dir: str, repeat: int) -> None:
             continue
         for precision in backend.precisions:
             start = time.perf_counter()
-            backend.run(fixture, precision)  # the first run pays imports and process start-up
+            backend.outputs(fixture, precision)  # the first run pays imports and process start-up
             first = time.perf_counter() - start
             times = []
             for _ in range(repeat):
                 start = time.perf_counter()
-                backend.run(fixture, precision)
+                backend.outputs(fixture, precision)
                 times.append(time.perf_counter() - start)
             print(f"{name:<22} {precision:<9} {first:>10.3f} {statistics.median(times):>11.3f} {min(times):>9.3f}")
 

@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from harness.backends.base import PRECISIONS, Backend, Precision
+from harness.backends.base import PRECISIONS, Precision
+from harness.backends.boundary import GuardedBackend
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendUnavailable, ParityError
 from harness.fixture import default_fixture_dir, load_fixture
 from harness.guard import describe_exception, one_line, sigint_handler
-from harness.registry import backend_entry_points, checked_missing_dependencies, load_backend
+from harness.registry import backend_entry_points, load_backend
 from harness.resources import stress_fixture_dir
 
 if TYPE_CHECKING:
@@ -44,19 +45,19 @@ def _precisions(text: str) -> list[Precision]:
     return list(PRECISIONS) if text == "all" else [cast(Precision, text)]
 
 
-def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
+def select_backends(names: list[str] | None) -> tuple[list[GuardedBackend], list[str]]:
     """Backends to run, and one line per registered backend skipped for missing dependencies.
 
     Asked for by name, a backend with missing dependencies is an error (exit 2) with the
     install hint; by default (every registered backend) it is skipped and reported.
     """
-    chosen: list[Backend] = []
+    chosen: list[GuardedBackend] = []
     skipped: list[str] = []
     # By default the reference runs first, then the others by name.
     default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
     for name in names if names is not None else default:
         backend = load_backend(name)
-        missing = checked_missing_dependencies(backend)
+        missing = backend.missing_dependencies()
         if missing:
             hint = f"; install with: {backend.install_hint}" if backend.install_hint else ""
             msg = f"backend {name!r} needs {', '.join(missing)}, which is not available{hint}"
@@ -68,7 +69,7 @@ def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
     return chosen, skipped
 
 
-def _nothing_to_compare(backends: list[Backend], precisions: list[Precision]) -> str | None:
+def _nothing_to_compare(backends: list[GuardedBackend], precisions: list[Precision]) -> str | None:
     """Why no backend computes in any requested precision, or None when something will be compared."""
     if not backends or any(p in b.precisions for b in backends for p in precisions):
         return None
@@ -232,7 +233,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for name in backend_entry_points():
         try:
             backend = load_backend(name)
-            missing = checked_missing_dependencies(backend)
+            missing = backend.missing_dependencies()
         except ParityError as exc:
             rows.append((name, "-", f"broken: {one_line(str(exc))}"))
             broken.append(name)

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.backends.base import Backend, Precision
+from harness.backends.base import Precision
+from harness.backends.boundary import AnyBackend, guarded
 from harness.compare import NOT_SUPPORTED, compare_tensors
-from harness.decoding import DecodeOutput, DecodeRequest, golden_decoding, step_key, top2_margin
-from harness.errors import BackendFailed, ParityError
+from harness.decoding import DecodeOutput, golden_decoding, step_key, top2_margin
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
@@ -147,7 +147,7 @@ Progress = Callable[[str], None]
 
 
 def run_decoding(
-    fixture: Fixture, backends: list[Backend], precisions: list[Precision], progress: Progress | None = None
+    fixture: Fixture, backends: Sequence[AnyBackend], precisions: list[Precision], progress: Progress | None = None
 ) -> DecodingReport:
     """Decode with every backend that supports it, in every wanted precision it computes in; compare."""
     from harness.precision import tiers_for
@@ -160,8 +160,8 @@ def run_decoding(
     report.vocab = list(fixture.vocab)
     report.sequences = {p.name: [*p.tokens, *p.generated] for p in decoding.prompts}
     goldens = {p: golden_decoding(fixture, p) for p in ("fp32", "fp64")}
-    for backend in backends:
-        if not supports(backend, fixture):
+    for backend in [guarded(b) for b in backends]:
+        if not backend.supports_decoding(fixture):
             report.not_supported.append(backend.name)
             continue
         for precision in precisions:
@@ -169,7 +169,7 @@ def run_decoding(
                 continue
             say(f"parity: decoding with {backend.name} ({precision}) ...")
             start = time.perf_counter()
-            output = _decode(backend, fixture, precision)
+            output = backend.decode(fixture, precision, decoding.requests())
             report.runs.append(DecodeRun(backend.name, precision, time.perf_counter() - start))
             for golden in tiers_for(precision):
                 report.checks += compare_decoding(fixture, backend.name, precision, golden, output, goldens[golden])
@@ -177,42 +177,6 @@ def run_decoding(
     report.summaries = summarize(report)
     report.divergences = first_divergences(report, goldens["fp64"])
     return report
-
-
-def supports(backend: Backend, fixture: Fixture) -> bool:
-    try:
-        return bool(backend.supports_decoding(fixture))
-    except ParityError:
-        raise
-    except Exception as exc:
-        raise BackendFailed(f"backend {backend.name!r}: supports_decoding crashed: {type(exc).__name__}: {exc}") \
-            from None
-
-
-def _decode(backend: Backend, fixture: Fixture, precision: Precision) -> DecodeOutput:
-    decoding = fixture.decoding()
-    assert decoding is not None
-    return call_decode(backend, fixture, precision, decoding.requests())
-
-
-def call_decode(
-    backend: Backend, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]
-) -> DecodeOutput:
-    """The backend's decoding output, its structure checked; BackendFailed (exit 2) on a crash or a bad shape."""
-    try:
-        output = backend.decode(fixture, precision, requests)
-    except ParityError:
-        raise
-    except Exception as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise BackendFailed(f"backend {backend.name!r} ({precision}) crashed while decoding: "
-                            f"{type(exc).__name__}: {detail}") from None
-    if not isinstance(output, dict):
-        raise BackendFailed(f"backend {backend.name!r}: decode returned {type(output).__name__}, expected a dict")
-    for req in requests:
-        if not isinstance(output.get(req.name), dict):
-            raise BackendFailed(f"backend {backend.name!r}: decode returned no result for prompt {req.name!r}")
-    return output
 
 
 def compare_decoding(

@@ -8,14 +8,12 @@ with the float32 golden too (the golden is upcast to float64 for that comparison
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable, Iterator
-from functools import partial
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
+from harness.backends.base import PRECISIONS, BackendOutput, Precision
+from harness.backends.boundary import AnyBackend, guarded
 from harness.budget import BudgetAccumulator, budget_rows, reference_rows
 from harness.compare import (
     NOT_SUPPORTED,
@@ -28,60 +26,10 @@ from harness.compare import (
     name_index,
     summarize_tap,
 )
-from harness.errors import BackendFailed
 from harness.fixture import Case, Fixture, row_axis
-from harness.guard import call_backend, one_line
 from harness.precision import tiers_for
-from harness.registry import checked_supported_taps
 from harness.results import BackendRun, Report
 from reference.taps import tap_shape_template
-
-if TYPE_CHECKING:
-    pass
-
-
-def validate_output(backend: Backend, fixture: Fixture, output: object, supported: list[str]) -> BackendOutput:
-    """Check the structure of a backend's output (not its numbers) and take a private copy of it.
-
-    As strict as `parity check-backend`: a dict with exactly the fixture's cases, each a dict of
-    declared taps only, each a numpy.ndarray (not a list, not a subclass). BackendFailed (exit 2)
-    otherwise. A declared tap that is missing, or an array of the wrong shape, dtype or with NaN,
-    is left to the comparison: a failed check (exit 1) at that tap. The arrays are copied, so the
-    backend cannot change them after the comparison (nor see them change).
-    """
-    name = backend.name
-    if not isinstance(output, dict):
-        raise BackendFailed(f"backend {name!r} returned {type(output).__name__}, expected a dict by case")
-    cases = dict(dict.items(output))  # the dict's own items, whatever a subclass overrides
-    known = {c.name for c in fixture.cases}
-    unknown = [c for c in cases if c not in known]
-    if unknown:
-        raise BackendFailed(f"backend {name!r} returned an unknown case {one_line(repr(unknown[0]))[:80]} "
-                            f"(the fixture's cases: {len(known)})")
-    missing = [c.name for c in fixture.cases if c.name not in cases]
-    if missing:
-        raise BackendFailed(f"backend {name!r} returned no result for case {missing[0]!r}")
-    copied: BackendOutput = {}
-    declared = set(supported)
-    for case in fixture.cases:
-        copied[case.name] = checked_case_taps(name, case.name, cases[case.name], declared)
-    return copied
-
-
-def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
-    """One case's {tap: array} from backend `name`, checked as `validate_output` does, copied."""
-    if not isinstance(taps, dict):
-        raise BackendFailed(f"backend {name!r}, case {case!r}: expected a dict by tap")
-    copied: dict[str, np.ndarray] = {}
-    for tap, array in dict.items(taps):
-        if tap not in declared:
-            raise BackendFailed(f"backend {name!r}, case {case!r}: returned tap "
-                                f"{one_line(repr(tap))[:80]}, which it does not declare in supported_taps")
-        if type(array) is not np.ndarray:
-            raise BackendFailed(f"backend {name!r}, {case}/{tap}: returned {type(array).__name__}, "
-                                "expected numpy.ndarray")
-        copied[tap] = np.array(array, copy=True)
-    return copied
 
 
 def compare_output(
@@ -155,65 +103,9 @@ def summarize(results: list[CheckResult], tap_order: list[str]) -> tuple[list[Ta
 Progress = Callable[[str], None]
 
 
-def run_backend(backend: Backend, fixture: Fixture, precision: Precision) -> tuple[list[str], BackendOutput]:
-    """A backend's declared taps and its checked output; any failure stops the run with one line.
-
-    The backend gets `fixture.for_backend()`, a private copy whose arrays are read-only, so it
-    cannot change what the comparison reads. Whatever it raises becomes one line, exit 2
-    (harness/guard.py); what it returns is checked by `validate_output`.
-    """
-    supported = checked_supported_taps(backend, fixture)
-    view = fixture.for_backend()
-    output = call_backend(backend.name, f"run ({precision})", lambda: backend.run(view, precision))
-    return supported, call_backend(backend.name, f"its output ({precision})",
-                                   lambda: validate_output(backend, fixture, output, supported))
-
-
-_END = object()
-
-
-def backend_cases(
-    backend: Backend, fixture: Fixture, precision: Precision, supported: list[str], clock: list[float]
-) -> Iterator[tuple[Case, dict[str, np.ndarray]]]:
-    """A backend's checked output one case at a time, in the fixture's order; `clock[0]` adds its run time.
-
-    A backend with `streams = True` is asked for one case at a time (`run_cases`), so only one case
-    of its output is alive; any other backend runs whole (`run`) and is checked by `validate_output`.
-    """
-    name = backend.name
-    start = time.perf_counter()
-    if getattr(type(backend), "streams", False) is not True:
-        _, output = run_backend(backend, fixture, precision)
-        clock[0] += time.perf_counter() - start
-        for case in fixture.cases:
-            yield case, output.pop(case.name)
-        return
-    view = fixture.for_backend()
-    declared = set(supported)
-    cases = call_backend(name, f"run ({precision})", lambda: iter(backend.run_cases(view, precision)))
-    clock[0] += time.perf_counter() - start
-    for case in fixture.cases:
-        start = time.perf_counter()
-        item = call_backend(name, f"run ({precision})", lambda: next(cases, _END))
-        clock[0] += time.perf_counter() - start
-        if item is _END:
-            raise BackendFailed(f"backend {name!r} returned no result for case {case.name!r}")
-        if not isinstance(item, tuple) or len(item) != 2 or item[0] != case.name:
-            got = one_line(repr(item[0] if isinstance(item, tuple) and item else item))[:80]
-            raise BackendFailed(f"backend {name!r}: run_cases yielded {got} where case {case.name!r} "
-                                "was due (one (case name, taps) pair per case, in the fixture's order)")
-        checked = checked_case_taps(name, case.name, item[1], declared)
-        del item  # the backend's own arrays: only the checked copy stays alive while it is compared
-        yield case, checked
-        del checked
-    extra = call_backend(name, f"run ({precision})", lambda: next(cases, _END))
-    if extra is not _END:
-        raise BackendFailed(f"backend {name!r}: run_cases yielded more cases than the fixture has")
-
-
 def run_parity(
     fixture: Fixture,
-    backends: list[Backend],
+    backends: Sequence[AnyBackend],
     precisions: list[Precision] | None = None,
     progress: Progress | None = None,
     keep_outputs: bool = True,
@@ -231,26 +123,24 @@ def run_parity(
     (harness/decode_check.py), when the fixture has decoding goldens.
     """
     wanted = precisions or list(PRECISIONS)
+    guards = [guarded(b) for b in backends]
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
-    for backend in backends:
-        declined = call_backend(backend.name, "declines", partial(backend.declines, fixture.for_backend()))
-        if declined is not None and not isinstance(declined, str):
-            raise BackendFailed(f"backend {backend.name!r}: declines() returned {type(declined).__name__}, "
-                                "expected a reason (str) or None")
+    for backend in guards:
+        declined = backend.declines(fixture)
         for precision in wanted:
             if precision not in backend.precisions:
                 report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED,
                                               f"computes in {', '.join(backend.precisions)} only"))
                 continue
             if declined:
-                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED, one_line(declined)))
+                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED, declined))
                 continue
             say(f"parity: running {backend.name} ({precision}) ...")
-            supported = checked_supported_taps(backend, fixture)
+            supported = backend.supported_taps(fixture)
             clock = [0.0]
             judge = CaseJudge(fixture, backend.name, precision, supported, budget)
-            for case, taps in backend_cases(backend, fixture, precision, supported, clock):
+            for case, taps in backend.forward(fixture, precision, supported, clock):
                 judge.add(case, taps)
                 if keep_outputs:
                     report.outputs.setdefault((backend.name, precision), {})[case.name] = taps
@@ -261,7 +151,7 @@ def run_parity(
     if decoding:
         from harness.decode_check import run_decoding
 
-        report.decoding = run_decoding(fixture, backends, wanted, say)
+        report.decoding = run_decoding(fixture, guards, wanted, say)
     finish_report(report, fixture)
     return report
 

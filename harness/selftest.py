@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import ClassVar, TextIO
 
 from harness.backends.base import Backend, BackendOutput, Precision
+from harness.backends.boundary import GuardedBackend
 from harness.decoding import DecodeOutput, DecodeRequest, reference_decode
 from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
 from harness.fixture import Fixture
@@ -127,7 +128,8 @@ def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir:
         with _env("PARITY_TS_DIR", str(root)):
             return run_parity(fixture, [load_backend("typescript")], ["fp64"], progress=None)
     module = load_module(root / "model.py", f"_parity_selftest_{label.replace('-', '_')}")
-    return run_parity(fixture, [ReferenceModuleBackend(module)], ["fp32", "fp64"], progress=None)
+    return run_parity(fixture, [GuardedBackend.wrap(ReferenceModuleBackend(module))], ["fp32", "fp64"],
+                      progress=None)
 
 
 @dataclass

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from harness.backends.base import Backend, Precision
+from harness.backends.boundary import GuardedBackend
 from harness.errors import BackendFailed, FixtureError
 from harness.fixture import load_fixture
 from harness.fixture_writer import seal_manifest
@@ -170,7 +171,7 @@ def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path, monkeypatch: pytes
     assert "not the checkpoint's 'gelu_new'" in load_fixture(tmp_path / "taken").manifest["provenance"]["activation"]
 
 
-def _backend(name: str) -> Backend:
+def _backend(name: str) -> GuardedBackend:
     from harness.registry import load_backend
 
     backend = load_backend(name)
