@@ -148,14 +148,7 @@ def _tolerances(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _merge_decoding(docs: list[tuple[Path, dict[str, Any]]]) -> DecodingReport | None:
     """The decoding sections of the reports (harness/decode_check.py), merged; None when none has one."""
-    from harness.decode_check import (
-        DecodeCheck,
-        DecodeDivergence,
-        DecodeRun,
-        DecodeTapSummary,
-        DecodingReport,
-        GreedyCheck,
-    )
+    from harness.decode_check import DecodeRun, DecodingReport, GreedyCheck
 
     parts = [(path, doc["decoding"]) for path, doc in docs if isinstance(doc.get("decoding"), dict)]
     if not parts:
@@ -171,17 +164,16 @@ def _merge_decoding(docs: list[tuple[Path, dict[str, Any]]]) -> DecodingReport |
             sequences = dec.get("sequences", {})
             merged.sequences = {str(k): [int(t) for t in v] for k, v in sequences.items()} \
                 if isinstance(sequences, dict) else {}
-        merged.checks += [_build(DecodeCheck, r, path, "decoding.results") for r in _list(dec, "results", path)]
-        merged.summaries += [_build(DecodeTapSummary, r, path, "decoding.summaries")
+        merged.checks += [_build(CheckResult, r, path, "decoding.results") for r in _list(dec, "results", path)]
+        merged.summaries += [_build(TapSummary, r, path, "decoding.summaries")
                              for r in _list(dec, "summaries", path)]
-        merged.divergences += [_build(DecodeDivergence, r, path, "decoding.first_divergence")
+        merged.divergences += [_build(FirstDivergence, r, path, "decoding.first_divergence")
                                for r in _list(dec, "first_divergence", path)]
         merged.greedy += [_build(GreedyCheck, r, path, "decoding.greedy") for r in _list(dec, "greedy", path)]
         merged.runs += [_build(DecodeRun, r, path, "decoding.runs") for r in _list(dec, "runs", path)]
         merged.not_supported += [str(n) for n in _list(dec, "not_supported", path) if n not in merged.not_supported]
     decoded = {run.backend for run in merged.runs}
     merged.not_supported = [n for n in merged.not_supported if n not in decoded]
-    for check in merged.checks:  # structural failures were written as null: infinite
-        if check.max_abs is None:
-            check.max_abs = check.max_rel = math.inf
+    for check in merged.checks:
+        _restore_infinities(check)
     return merged

@@ -14,90 +14,37 @@ import numpy as np
 
 from harness.backends.base import PRECISIONS, BackendOutput, Precision
 from harness.backends.boundary import AnyBackend, guarded
-from harness.budget import BudgetAccumulator, budget_rows, reference_rows
-from harness.compare import (
-    NOT_SUPPORTED,
-    CheckResult,
-    FirstDivergence,
-    TapSummary,
-    check_result,
-    compare_tensors,
-    first_divergence,
-    name_index,
-    summarize_tap,
-)
+from harness.budget import BudgetAccumulator, reference_rows
+from harness.compare import NOT_SUPPORTED, CheckResult, FirstDivergence, fold, judge_tensor, name_index
 from harness.fixture import Case, Fixture, row_axis
 from harness.precision import tiers_for
 from harness.results import BackendRun, Report
 from reference.taps import tap_shape_template
 
 
-def compare_output(
-    name: str, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
-) -> list[CheckResult]:
-    """Every case x tap x tier of one output of backend `name` (run live or read from a dump), in dataflow order."""
-    by_tier: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers_for(precision)}
-    for case in fixture.cases:
-        goldens = {tier: fixture.golden_case(tier, case.name) for tier in by_tier}
-        for tier, results in compare_case(name, fixture, precision, case, output[case.name], supported,
-                                          goldens).items():
-            by_tier[tier] += results
-    return [r for results in by_tier.values() for r in results]
-
-
 def compare_case(
     name: str, fixture: Fixture, precision: Precision, case: Case, taps: dict[str, np.ndarray],
-    supported: list[str], goldens: dict[Precision, dict[str, np.ndarray]],
-) -> dict[Precision, list[CheckResult]]:
-    """One case of one output, every tap in every tier of `goldens` (the tiers it is compared in, or
-    some of them): {tier: results in dataflow order}.
+    supported: list[str], golden_tier: Precision, golden: dict[str, np.ndarray],
+) -> list[CheckResult]:
+    """One case of one output, every tap against one golden tier, in dataflow order.
 
-    `goldens[tier]` is the case's golden taps of that tier. A tap the golden keeps only the last
-    positions of ("rows") is cut the same way when the backend returned every position.
+    A tap the golden keeps only the last positions of ("rows") is cut the same way when the backend
+    returned every position.
     """
-    out: dict[Precision, list[CheckResult]] = {}
-    for golden_tier in [t for t in tiers_for(precision) if t in goldens]:
-        golden = goldens[golden_tier]
-        tolerances = fixture.tolerances[golden_tier]
-        results = out.setdefault(golden_tier, [])
-        for tap in fixture.tap_names:
-            tol = tolerances.for_tap(tap)
-            if tap not in supported:
-                results.append(CheckResult(name, precision, golden_tier, case.name, tap,
-                                           NOT_SUPPORTED, None, tol.atol, tol.rtol))
-                continue
-            expected = golden[tap]
-            actual = taps.get(tap)
-            if actual is None:
-                results.append(CheckResult(
-                    name, precision, golden_tier, case.name, tap, "fail", False, tol.atol, tol.rtol,
-                    message="missing: the backend declares this tap but did not return it",
-                ))
-                continue
-            if golden_tier != precision:  # float64 result against the float32 golden, in float64
-                expected = expected.astype(np.float64)
-            actual = fixture.select_rows(tap, case, np.asarray(actual))
-            cmp = compare_tensors(actual, expected, tol.atol, tol.rtol)
-            results.append(check_result(name, precision, golden_tier, case.name, tap, cmp, tol.atol, tol.rtol))
-    return out
-
-
-def summarize(results: list[CheckResult], tap_order: list[str]) -> tuple[list[TapSummary], list[FirstDivergence]]:
-    """Per-tap summaries (worst over cases) and first divergences, per backend x precision x golden."""
-    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
-    for r in results:
-        groups.setdefault((r.backend, r.precision, r.golden), []).append(r)
-    summaries: list[TapSummary] = []
-    divergences: list[FirstDivergence] = []
-    for group in groups.values():
-        for tap in tap_order:
-            at_tap = [r for r in group if r.tap == tap]
-            if at_tap:
-                summaries.append(summarize_tap(at_tap))
-        div = first_divergence(group, tap_order)
-        if div is not None:
-            divergences.append(div)
-    return summaries, divergences
+    tolerances = fixture.tolerances[golden_tier]
+    results: list[CheckResult] = []
+    for tap in fixture.tap_names:
+        tol = tolerances.for_tap(tap)
+        if tap not in supported:
+            results.append(CheckResult(name, precision, golden_tier, case.name, tap, NOT_SUPPORTED, None,
+                                       tol.atol, tol.rtol))
+            continue
+        actual = taps.get(tap)
+        if actual is not None:
+            actual = fixture.select_rows(tap, case, actual)
+        results.append(judge_tensor(name, precision, golden_tier, case.name, tap, actual, golden[tap],
+                                    tol.atol, tol.rtol))
+    return results
 
 
 Progress = Callable[[str], None]
@@ -188,7 +135,7 @@ class CaseJudge:
         for tier in self.by_tier:
             golden = self.fixture.golden_case(tier, case.name)
             self.by_tier[tier] += compare_case(self.name, self.fixture, self.precision, case, taps, self.supported,
-                                               {tier: golden})[tier]
+                                               tier, golden)
             if tier == "fp64" and self.budget is not None:
                 self.budget.add_case(case.name, cut, golden)
             del golden
@@ -203,20 +150,17 @@ class CaseJudge:
 def add_output(
     report: Report, fixture: Fixture, name: str, precision: Precision, output: BackendOutput, supported: list[str]
 ) -> None:
-    """Judge one (backend, precision) output against the goldens, whatever produced it, into `report`.
-
-    `harness.dump.compare_dumps` calls it for each dump (`run_parity` judges live runs case by case).
-    """
-    report.results += compare_output(name, fixture, precision, output, supported)
+    """Judge one (backend, precision) output read from a dump, case by case, by the judge of live runs."""
+    judge = CaseJudge(fixture, name, precision, supported, report.measure_budget)
+    for case in fixture.cases:
+        judge.add(case, output[case.name])
+    judge.finish(report)
     report.outputs[(name, precision)] = output
-    report.supported[(name, precision)] = list(supported)
-    if report.measure_budget:
-        report.budget += budget_rows(fixture, name, precision, output, supported)
 
 
 def finish_report(report: Report, fixture: Fixture) -> None:
     """After every `add_output`: per-tap summaries, first divergences named by axis, the budget's reference rows."""
-    report.summaries, report.divergences = summarize(report.results, fixture.tap_names)
+    report.summaries, report.divergences = fold(report.results, fixture.tap_names)
     name_divergences(report.divergences, fixture)
     if report.measure_budget:
         report.budget = reference_rows(fixture) + report.budget

@@ -194,7 +194,7 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
         dec = min(decoding.divergences, key=lambda d: (d.step, taps[d.tap]))
         out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_key(dec.precision, dec.golden)
     if mutant.expected_step is not None and decoding is not None:  # blind prompts, not blind cases
-        hit = {c.prompt for c in decoding.checks if not c.passed}
+        hit = {c.case for c in decoding.checks if not c.passed}
         out.blind_cases = [p for p in decoding.prompts if p not in hit]
     return out
 
