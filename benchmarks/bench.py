@@ -34,8 +34,8 @@ def bench_backends(fixture_dir: str, repeat: int) -> None:
     print(f"{'backend':<22} {'precision':<9} {'first (s)':>10} {'median (s)':>11} {'min (s)':>9}")
     for name in sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n)):
         backend = load_backend(name)
-        if backend.missing_dependencies():
-            print(f"{name:<22} skipped: needs {', '.join(backend.missing_dependencies())}")
+        if backend.missing():
+            print(f"{name:<22} skipped: needs {', '.join(backend.missing())}")
             continue
         for precision in backend.precisions:
             start = time.perf_counter()

@@ -57,7 +57,7 @@ def select_backends(names: list[str] | None) -> tuple[list[GuardedBackend], list
     default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
     for name in names if names is not None else default:
         backend = load_backend(name)
-        missing = backend.missing_dependencies()
+        missing = backend.missing()
         if missing:
             hint = f"; install with: {backend.install_hint}" if backend.install_hint else ""
             msg = f"backend {name!r} needs {', '.join(missing)}, which is not available{hint}"
@@ -233,7 +233,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for name in backend_entry_points():
         try:
             backend = load_backend(name)
-            missing = backend.missing_dependencies()
+            missing = backend.missing()
         except ParityError as exc:
             rows.append((name, "-", f"broken: {one_line(str(exc))}"))
             broken.append(name)

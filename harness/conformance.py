@@ -164,7 +164,7 @@ def _output_results(label: str, problems: dict[str, str], precision: Precision) 
 def _decoding_checks(backend: GuardedBackend, fixture: Fixture) -> list[ConformanceResult]:
     """Decoding, when the backend says it decodes `fixture`: two requests (a one-token prompt left to its own
     greedy tokens, and a longer prompt fed given tokens to the end of the context), in every precision."""
-    supports, decodes = _guarded_check("supports_decoding returns a bool", lambda: backend.supports_decoding(fixture))
+    supports, decodes = _guarded_check("supports_decoding returns a bool", lambda: backend.decodes(fixture))
     if not supports.passed or not decodes:
         return [supports] if not supports.passed else [
             ConformanceResult("decoding", True, "not supported (supports_decoding is False): not checked")]
@@ -179,7 +179,7 @@ def _decoding_checks(backend: GuardedBackend, fixture: Fixture) -> list[Conforma
     for precision in backend.precisions:
         label = f"{precision} decoding"
         ran, out = _guarded_check(f"{label}: runs and returns a dict of arrays by prompt",
-                                  lambda p=precision: backend.decode(fixture, p, requests))  # type: ignore[misc]
+                                  lambda p=precision: backend.decoded(fixture, p, requests))  # type: ignore[misc]
         results.append(ran)
         if out is not None:
             results += _output_results(label, decode_output_problems(fixture, out, requests, precision), precision)
@@ -198,7 +198,7 @@ def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[C
         return [declared]
     backend = wrapped
     results = [declared]
-    deps, missing = _guarded_check("dependencies present", backend.missing_dependencies)
+    deps, missing = _guarded_check("dependencies present", backend.missing)
     if missing:
         deps = ConformanceResult("dependencies present", False,
                                  f"missing {', '.join(missing)}; {backend.install_hint}".rstrip("; "))
@@ -206,7 +206,7 @@ def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[C
     if not deps.passed:
         return results
     listed, taps = _guarded_check("supported taps: a subset of the manifest's, in dataflow order",
-                                  lambda: backend.supported_taps(fixture))
+                                  lambda: backend.taps(fixture))
     if taps is not None:
         listed = ConformanceResult(listed.name, True, f"{len(taps)} of {len(fixture.tap_names)} taps")
     results.append(listed)

@@ -103,7 +103,7 @@ def run_decoding(
     report.sequences = {p.name: [*p.tokens, *p.generated] for p in decoding.prompts}
     goldens = {p: golden_decoding(fixture, p) for p in ("fp32", "fp64")}
     for backend in [guarded(b) for b in backends]:
-        if not backend.supports_decoding(fixture):
+        if not backend.decodes(fixture):
             report.not_supported.append(backend.name)
             continue
         for precision in precisions:
@@ -111,7 +111,7 @@ def run_decoding(
                 continue
             say(f"parity: decoding with {backend.name} ({precision}) ...")
             start = time.perf_counter()
-            output = backend.decode(fixture, precision, decoding.requests())
+            output = backend.decoded(fixture, precision, decoding.requests())
             report.runs.append(DecodeRun(backend.name, precision, time.perf_counter() - start))
             for golden in tiers_for(precision):
                 report.checks += compare_decoding(fixture, backend.name, precision, golden, output, goldens[golden])

@@ -40,13 +40,13 @@ def run_generate(fixture: Fixture, prompt: str, steps: int, backends: Sequence[A
     rows: list[tuple[str, list[int], list[np.ndarray]]] = []
     unsupported: list[str] = []
     for backend in [guarded(b) for b in backends]:
-        if not backend.supports_decoding(fixture):
+        if not backend.decodes(fixture):
             unsupported.append(backend.name)
             continue
         for precision in precisions:
             if precision in backend.precisions:
                 label = f"{backend.name} {precision}"
-                logits = step_logits(label, backend.decode(fixture, precision, [request])[REQUEST], steps,
+                logits = step_logits(label, backend.decoded(fixture, precision, [request])[REQUEST], steps,
                                      fixture.config.vocab_size)
                 rows.append((label, [int(np.argmax(x)) for x in logits], logits))
     if not rows:

@@ -99,7 +99,7 @@ def run_lens(
     taps = lens_taps(fixture)
     say = progress or (lambda _msg: None)
     for backend in [guarded(b) for b in backends]:
-        if not set(taps) <= set(backend.supported_taps(fixture)):
+        if not set(taps) <= set(backend.taps(fixture)):
             if not default_selection:
                 print(f"parity lens: {backend.name} does not produce the logit_lens taps: not checked", file=out)
             continue

@@ -74,7 +74,7 @@ def run_parity(
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
     for backend in guards:
-        declined = backend.declines(fixture)
+        declined = backend.declined(fixture)
         for precision in wanted:
             if precision not in backend.precisions:
                 report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED,
@@ -84,7 +84,7 @@ def run_parity(
                 report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED, declined))
                 continue
             say(f"parity: running {backend.name} ({precision}) ...")
-            supported = backend.supported_taps(fixture)
+            supported = backend.taps(fixture)
             clock = [0.0]
             judge = CaseJudge(fixture, backend.name, precision, supported, budget)
             for case, taps in backend.forward(fixture, precision, supported, clock):

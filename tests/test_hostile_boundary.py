@@ -59,7 +59,7 @@ def liar_of(parent: type[Backend]) -> type[Backend]:
 def test_judged_a_subclass_overriding_run_is_judged_by_its_run(toy: Fixture, name: str) -> None:
     """Once, a subclass of a streaming backend that overrode run() was judged by its parent's run_cases: PASS."""
     backend = GuardedBackend.wrap(liar_of(builtin_class(name))())
-    missing = backend.missing_dependencies()
+    missing = backend.missing()
     if missing:
         pytest.skip(f"{name} needs {', '.join(missing)}")
     assert backend.entry == "run"
@@ -70,7 +70,8 @@ def test_judged_a_subclass_overriding_run_is_judged_by_its_run(toy: Fixture, nam
     assert compared and all(r.passed is False for r in compared)  # zeros are wrong at every tap
 
 
-def test_judged_the_entry_rule() -> None:
+@pytest.mark.parametrize("case", ["judged-the-entry-rule"])
+def test_judged_the_entry_rule(case: str) -> None:
     """The most derived definition of run or run_cases decides; a class defining both streams if it says so."""
 
     class Streams(Backend):
@@ -157,7 +158,8 @@ def test_exits_1_on_a_wrong_answer(runs: dict[str, subprocess.CompletedProcess[s
     assert last.startswith(("FAIL", "DIFFER")), last
 
 
-def test_decode_loosened_tolerances_stay_strict_in_the_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", ["decode-loosened-tolerances-stay-strict-in-the-report"])
+def test_decode_loosened_tolerances_stay_strict_in_the_report(case: str, tmp_path: Path) -> None:
     """The decoding checks of the backend after the one that loosened its fixture use the strict tolerances."""
     report = tmp_path / "r.json"
     proc = run_hostile(*_fp64_run("decode-loosens-tolerances,decode-wrong", "--json", str(report)))
@@ -169,7 +171,8 @@ def test_decode_loosened_tolerances_stay_strict_in_the_report(tmp_path: Path) ->
     assert all(c["passed"] for c in checks if c["backend"] == "decode-loosens-tolerances")
 
 
-def test_decode_check_backend_covers_decoding() -> None:
+@pytest.mark.parametrize("case", ["decode-check-backend-wrong-cache-shape"])
+def test_decode_check_backend_covers_decoding(case: str) -> None:
     """check-backend runs decoding through the same boundary: a cache missing a position fails its check."""
     proc = run_hostile("check-backend", "decode-wrong-shape")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-1500:]
@@ -178,8 +181,53 @@ def test_decode_check_backend_covers_decoding() -> None:
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_decode_check_backend_reports_a_decode_crash_as_a_failed_check() -> None:
+@pytest.mark.parametrize("case", ["decode-check-backend-sys-exit-0"])
+def test_decode_check_backend_reports_a_decode_crash_as_a_failed_check(case: str) -> None:
     proc = run_hostile("check-backend", "decode-sys-exit-0")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-1500:]
     failing = [ln for ln in proc.stdout.splitlines() if ": FAIL" in ln]
     assert len(failing) == 2 and all("decoding: runs" in ln and "SystemExit" in ln for ln in failing), failing
+
+
+CONTRACT_METHODS = {"run", "run_cases", "decode", "supports_decoding", "declines", "supported_taps",
+                    "missing_dependencies"}
+NOT_BACKENDS = {"subprocess", "session", "evaluator", "nox"}  # receivers whose .run() is not a backend's
+
+
+def calls_past_the_boundary(path: Path) -> list[str]:
+    """`X.METHOD(...)` calls of a contract method in `path`, where X is not a known non-backend object.
+
+    `bytes.decode("utf-8")` is told apart from `Backend.decode(fixture, ...)` by its arguments.
+    """
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in CONTRACT_METHODS:
+            continue
+        receiver = node.func.value
+        if isinstance(receiver, ast.Name) and receiver.id in NOT_BACKENDS:
+            continue
+        if node.func.attr == "decode" and (not node.args or isinstance(node.args[0], ast.Constant)):
+            continue
+        found.append(f"{path}:{node.lineno}: .{node.func.attr}(...)")
+    return found
+
+
+@pytest.mark.parametrize("case", ["judged-no-call-past-the-boundary"])
+def test_judged_no_command_calls_backend_code_past_the_boundary(case: str, tmp_path: Path) -> None:
+    """Every call into backend code outside harness/backends/ goes through GuardedBackend, whose methods are
+    named apart from the contract's: a `.run(` or `.decode(fixture, ...)` there is a bypass."""
+    from tests.conftest import REPO
+
+    sources = [p for p in sorted((REPO / "harness").rglob("*.py")) if "backends" not in p.relative_to(REPO).parts]
+    sources += sorted((REPO / "benchmarks").rglob("*.py"))
+    assert len(sources) > 30
+    assert [c for p in sources for c in calls_past_the_boundary(p)] == []
+    # The scan sees a bypass where there is one.
+    bypass = "def f(backend, fixture):\n    return backend.run(fixture, 'fp32'), b'x'.decode('utf-8')\n"
+    probe = tmp_path / "bypass.py"
+    probe.write_text(bypass, encoding="utf-8")
+    assert [c.split(": ", 1)[1] for c in calls_past_the_boundary(probe)] == [".run(...)"]

@@ -175,8 +175,8 @@ def _backend(name: str) -> GuardedBackend:
     from harness.registry import load_backend
 
     backend = load_backend(name)
-    if backend.missing_dependencies():
-        pytest.skip(f"{name}: {backend.missing_dependencies()}")
+    if backend.missing():
+        pytest.skip(f"{name}: {backend.missing()}")
     return backend
 
 

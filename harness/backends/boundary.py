@@ -239,7 +239,10 @@ class GuardedBackend:
     """A backend as the harness sees it: its declarations, copied, and guarded calls into its code.
 
     Make one with `GuardedBackend.wrap(instance)`; `harness.registry.load_backend` does it for every
-    registered backend.
+    registered backend. Its methods are named apart from the contract's (`taps` for `supported_taps`,
+    `declined`, `decodes`, `decoded`, `missing`, `forward` and `outputs` for `run`/`run_cases`), so a
+    call of a contract method anywhere outside harness/backends/ is a call past the boundary, and
+    tests/test_hostile_boundary.py looks for one.
     """
 
     def __init__(self, backend: Backend, declared: Declarations) -> None:
@@ -270,7 +273,7 @@ class GuardedBackend:
 
     # -- declarations that need code ----------------------------------------------------------
 
-    def missing_dependencies(self) -> list[str]:
+    def missing(self) -> list[str]:
         """What is missing to run it (empty when it can run): a list of strings, or BackendFailed."""
         missing = self._call("missing_dependencies", self._backend.missing_dependencies)
         if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
@@ -278,7 +281,7 @@ class GuardedBackend:
                                 f"{one_line(repr(missing))[:80]}, expected a list of strings")
         return [one_line(m) for m in missing]
 
-    def declines(self, fixture: Fixture) -> str | None:
+    def declined(self, fixture: Fixture) -> str | None:
         """Why it does not run on `fixture` at all (one line), or None."""
         view = fixture.for_backend()
         reason = self._call("declines", lambda: self._backend.declines(view))
@@ -287,7 +290,7 @@ class GuardedBackend:
                                 "expected a reason (str) or None")
         return one_line(reason) if reason is not None else None
 
-    def supported_taps(self, fixture: Fixture) -> list[str]:
+    def taps(self, fixture: Fixture) -> list[str]:
         """The taps it produces for `fixture`: a non-empty list of the fixture's taps, no repeats."""
         view = fixture.for_backend()
         taps = self._call("supported_taps", lambda: self._backend.supported_taps(view))
@@ -308,7 +311,7 @@ class GuardedBackend:
                                     "(the manifest's order)")
         return list(taps)
 
-    def supports_decoding(self, fixture: Fixture) -> bool:
+    def decodes(self, fixture: Fixture) -> bool:
         """True when it decodes `fixture` incrementally; anything but a bool is BackendFailed."""
         view = fixture.for_backend()
         answer = self._call("supports_decoding", lambda: self._backend.supports_decoding(view))
@@ -363,12 +366,12 @@ class GuardedBackend:
 
     def outputs(self, fixture: Fixture, precision: Precision) -> tuple[list[str], BackendOutput]:
         """Its declared taps and its whole checked output {case: {tap: array}} (for the lens, check-backend)."""
-        supported = self.supported_taps(fixture)
+        supported = self.taps(fixture)
         return supported, {case.name: taps for case, taps in self.forward(fixture, precision, supported)}
 
     # -- decoding -----------------------------------------------------------------------------
 
-    def decode(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]) -> DecodeOutput:
+    def decoded(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]) -> DecodeOutput:
         """Prefill and decode every request: {request: {"step{k}/{tap}": array}}, checked and copied."""
         from harness.decoding import decode_tap_names
 
