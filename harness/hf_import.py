@@ -164,7 +164,7 @@ def _dtype_summary(dtypes: dict[str, str]) -> str:
         counts[dtype] = counts.get(dtype, 0) + 1
     if len(counts) == 1:
         return next(iter(counts))
-    return ", ".join(f"{d} ({n} tensors)" for d, n in sorted(counts.items()))
+    return ", ".join(f"{d} ({n} tensor{'s' if n > 1 else ''})" for d, n in sorted(counts.items()))
 
 
 def read_hf_weights(path: Path, config: GPTConfig, tied: bool = True) -> tuple[dict[str, np.ndarray], str]:

@@ -130,6 +130,31 @@ def test_its_own_origin_gets_the_verified_bytes(toy_dir: Path, tmp_path: Path) -
         assert get(port, "/") == (200, b"page index.html")
 
 
+def test_the_parity_serve_command_answers_only_its_own_origin(toy_dir: Path) -> None:
+    """`parity serve --port 0` as a user runs it (the page built with esbuild), then Ctrl-C."""
+    from harness import browser
+
+    if browser.missing(need_browser=False):
+        pytest.skip(f"parity serve needs {browser.missing(need_browser=False)}")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--fixture", str(toy_dir), "--port", "0"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "parity: serving the page for ... at http://127.0.0.1:PORT/ ..."
+        assert " at http://127.0.0.1:" in line, line + proc.stderr.read() if proc.poll() is not None else line
+        port = int(line.split(" at http://127.0.0.1:", 1)[1].split("/", 1)[0])
+        assert get(port, "/fixture/manifest.json", "attacker.example:PORT")[0] == 421
+        assert get(port, "/fixture/manifest.json") == (200, (toy_dir / "manifest.json").read_bytes())
+        assert get(port, "/")[0] == 200 and get(port, "/fixture/../pyproject.toml")[0] == 404
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+    assert proc.returncode == 0 and err.strip() == "parity: stopped", err
+
+
 @pytest.fixture
 def linked_fixture(fixture_copy: Path) -> Path:
     """The toy with weights.safetensors a symlink to a file inside the fixture (allowed)."""
@@ -410,7 +435,7 @@ def test_hf_mixed_dtypes_are_recorded_each_with_its_count(base_checkpoint: Path,
     _tensors(_cast("transformer.h.1.mlp.c_fc.weight", "float64"))(ckpt)  # float64 holding float32 values: exact
     hf = read_hf_config(ckpt / "config.json")
     _weights, dtype = read_hf_weights(ckpt / "model.safetensors", hf.config, hf.tied)
-    assert dtype == "BF16 (1 tensors), F32 (26 tensors), F64 (1 tensors)"
+    assert dtype == "BF16 (1 tensor), F32 (26 tensors), F64 (1 tensor)"
 
 
 def test_hf_failed_export_leaves_nothing_behind(base_checkpoint: Path, tmp_path: Path) -> None:
