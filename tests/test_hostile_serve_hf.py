@@ -139,9 +139,9 @@ def test_the_parity_serve_command_answers_only_its_own_origin(toy_dir: Path) -> 
     proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--fixture", str(toy_dir), "--port", "0"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()  # "parity: serving the page for ... at http://127.0.0.1:PORT/ ..."
-        assert " at http://127.0.0.1:" in line, line + proc.stderr.read() if proc.poll() is not None else line
+        assert " at http://127.0.0.1:" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
         port = int(line.split(" at http://127.0.0.1:", 1)[1].split("/", 1)[0])
         assert get(port, "/fixture/manifest.json", "attacker.example:PORT")[0] == 421
         assert get(port, "/fixture/manifest.json") == (200, (toy_dir / "manifest.json").read_bytes())
