@@ -129,15 +129,15 @@ def test_a_streaming_backend_must_yield_every_case_in_order(mini_dir: Path) -> N
         run_parity(fixture, [_StopsEarly()], ["fp64"], progress=None)
 
 
-def _checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A tiny GPT-2 checkpoint written by transformers' own save_pretrained (nothing downloaded)."""
+def _checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch, dtype: str = "float32") -> Path:
+    """A tiny GPT-2 checkpoint written by transformers' own save_pretrained (nothing downloaded), in `dtype`."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=40, n_positions=24, n_embd=16, n_layer=2, n_head=2,
                                      activation_function=activation, bos_token_id=0, eos_token_id=0)
-    transformers.GPT2LMHeadModel(config).save_pretrained(str(root))
+    transformers.GPT2LMHeadModel(config).to(getattr(torch, dtype)).save_pretrained(str(root))
     return root
 
 
