@@ -421,7 +421,7 @@ def test_hf_fp16_checkpoint_exports_exactly_and_agrees(tmp_path: Path, monkeypat
     loaded = load_fixture(fixture)
     assert loaded.manifest["provenance"]["source_dtype"] == "F16"
     backends = [load_backend(n) for n in ("pytorch", "numpy", "hf-transformers")]
-    backends = [b for b in backends if not b.missing_dependencies()]
+    assert all(not b.missing() for b in backends), [b.missing() for b in backends]
     report = run_parity(loaded, backends, progress=None)
     assert report.passed, [r for r in report.results if r.passed is False][:3]
 
