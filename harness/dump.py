@@ -59,6 +59,24 @@ def dump_name(backend: str, precision: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', backend)}.{precision}.safetensors"
 
 
+def check_dump_names(runs: list[tuple[str, str]]) -> None:
+    """Refuse (DumpError, exit 2) two backend x precision runs whose dumps would be one file.
+
+    `dump_name` replaces unsafe characters, so 'a/b' and 'a_b' would write the same file, and the
+    second would silently replace the first: `parity compare DIR/*` would then judge one of them
+    only. Names that differ only in case collide too, on macOS's and Windows' file systems.
+    """
+    seen: dict[str, str] = {}
+    for backend, precision in runs:
+        name = dump_name(backend, precision)
+        other = seen.setdefault(name.casefold(), backend)
+        if other != backend:
+            raise DumpError(f"--save-outputs: backends {other!r} and {backend!r} would both write "
+                            f"{dump_name(other, precision)!r} (characters other than letters, digits, '.', '_' "
+                            "and '-' become '_', and case is not significant on every file system); "
+                            "save the outputs of one of them in another run")
+
+
 def dump_metadata(backend: str, precision: str, fid: str, supported: list[str]) -> dict[str, str]:
     return {
         "format": FORMAT_NAME,
