@@ -71,10 +71,13 @@ def check_dump_names(runs: list[tuple[str, str]]) -> None:
         name = dump_name(backend, precision)
         other = seen.setdefault(name.casefold(), backend)
         if other != backend:
-            raise DumpError(f"--save-outputs: backends {other!r} and {backend!r} would both write "
-                            f"{dump_name(other, precision)!r} (characters other than letters, digits, '.', '_' "
-                            "and '-' become '_', and case is not significant on every file system); "
-                            "save the outputs of one of them in another run")
+            files = {dump_name(other, precision), name}
+            where = (f"would both write {name!r} (characters other than letters, digits, '.', '_' and '-' become '_')"
+                     if len(files) == 1 else
+                     f"would write {' and '.join(map(repr, sorted(files)))}, one file where case is not significant "
+                     "(macOS, Windows)")
+            raise DumpError(f"--save-outputs: backends {other!r} and {backend!r} {where}: the second dump would "
+                            "replace the first; save the outputs of one of them in another run")
 
 
 def dump_metadata(backend: str, precision: str, fid: str, supported: list[str]) -> dict[str, str]:
