@@ -172,3 +172,23 @@ def test_shards_judged_with_other_tolerances_are_refused(
     proc = run_cli("merge", str(runs["onnxruntime"][0]), str(loose))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "judged with other tolerances" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_refused_merge_leaves_the_unusable_marker_and_older_reports_still_merge(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """A merge that ends in an error writes the marker to --json (merging it again is refused); a report
+    written before `usable` existed (the field absent) merges when it agrees with its rows."""
+    numpy, onnx = str(runs["numpy"][0]), str(runs["onnxruntime"][0])
+    out = tmp_path / "merged.json"
+    assert_one_line_error(run_cli("merge", numpy, numpy, "--json", str(out)), "numpy fp32 is in")
+    marker = load(out)
+    assert marker["usable"] is False and marker["command"] == "merge" and marker["exit_code"] == 2
+    assert "numpy fp32 is in" in marker["error"]
+    assert_one_line_error(run_cli("merge", str(out), onnx), str(out), "unusable", "parity merge")
+    older = load(runs["onnxruntime"][0])
+    del older["usable"]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    proc = run_cli("merge", numpy, str(tmp_path / "older.json"), "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load(out)["usable"] is True and load(out)["counts"] == load(runs["both"][0])["counts"]
