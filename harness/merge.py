@@ -21,7 +21,7 @@ from harness.budget import GOLDEN_FP32, BudgetRow
 from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
 from harness.guard import one_line
 from harness.report import SCHEMA_VERSION, report_json
-from harness.report_check import MergeError, check_report
+from harness.report_check import MergeError, check_report, check_types
 from harness.results import BackendRun, Report
 from harness.strict_json import StrictJSONError, loads_strict
 
@@ -119,6 +119,7 @@ def read_shard(path: Path, doc: dict[str, Any]) -> Report:
         if not isinstance(doc["decoding"], dict):
             raise MergeError(f"{path}: malformed report: 'decoding' is not an object")
         shard.decoding = _read_decoding(path, doc["decoding"])
+    check_types(path, shard)  # before anything is derived from the rows
     check_report(path, doc, shard, report_json(shard))
     return shard
 
