@@ -10,8 +10,11 @@ and anything unexpected is one line and 2 (PARITY_DEBUG=1 shows the traceback in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -78,11 +81,16 @@ def _nothing_to_compare(backends: list[GuardedBackend], precisions: list[Precisi
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    names = _parse_backends(args.backends)
+    _check_report_paths(args)
+    with _unusable_json_on_error(args, "run"):
+        return _run(args, names)
+
+
+def _run(args: argparse.Namespace, names: list[str] | None) -> int:
     from harness.report import print_report, write_json
     from harness.runner import run_parity
 
-    names = _parse_backends(args.backends)
-    _check_report_paths(args)
     fixture = load_fixture(args.fixture, allow_loose_tolerances=args.allow_loose_tolerances)
     if args.plot:
         from harness.plots import check_plot_path, require_matplotlib
@@ -100,9 +108,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     fixture.weights()
     fixture.release_weights()  # checked; a GPT-2-sized copy is not kept while the backends run
     if args.save_outputs:
-        from harness.dump import check_writable
+        from harness.dump import check_dump_names, check_writable
 
-        check_writable(Path(args.save_outputs))  # before spending time on backends
+        # before spending time on backends: two backends whose dumps would overwrite each other, an unwritable DIR
+        check_dump_names([(b.name, p) for b in backends for p in _precisions(args.precision) if p in b.precisions])
+        check_writable(Path(args.save_outputs))
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"backends: {', '.join(b.name for b in backends) or 'none'}")
     for line in skipped:
@@ -114,14 +124,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                         budget=args.budget or args.json is not None)
     report.skipped = skipped
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
-    if args.json:
-        write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
     _refuse_nothing_compared(report)
     if args.save_outputs:
         from harness.dump import save_outputs
 
         save_outputs(report, fixture, Path(args.save_outputs))
+    if args.json:  # last: a run that fails before here (exit 2) leaves the unusable marker instead
+        write_json(report, Path(args.json))
     return report.exit_code
 
 
@@ -133,6 +143,28 @@ def _check_report_paths(args: argparse.Namespace) -> None:
                         "picture": getattr(args, "plot", None)})
 
 
+@contextmanager
+def _unusable_json_on_error(args: argparse.Namespace, command: str) -> Iterator[None]:
+    """Once the report paths are checked: an error (exit 2) or a Ctrl-C (130) leaves --json marked unusable.
+
+    The marker replaces whatever an earlier run left at that path, so `parity merge` cannot take a stale
+    report for this run's (harness/report.py, docs/reports.md).
+    """
+    try:
+        yield
+    except BaseException as exc:
+        if args.json:
+            from harness.report import write_unusable_json
+
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            error = ("interrupted" if interrupted else _message(exc) if isinstance(exc, ParityError)
+                     else f"internal error: {describe_exception(exc)}")
+            with contextlib.suppress(Exception):  # the error being raised is the one line to print
+                write_unusable_json(Path(args.json), command, error, 130 if interrupted else EXIT_BAD_INPUT,
+                                    str(getattr(args, "fixture", "") or ""))
+        raise
+
+
 def _refuse_nothing_compared(report: Report) -> None:
     if report.exit_code == EXIT_BAD_INPUT:
         raise ParityError("nothing was compared: every tap of every backend run was 'not supported'")
@@ -140,10 +172,15 @@ def _refuse_nothing_compared(report: Report) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Judge dumps (docs/dump-format.md) against the fixture's goldens, with `parity run`'s report and exit codes."""
+    _check_report_paths(args)
+    with _unusable_json_on_error(args, "compare"):
+        return _compare(args)
+
+
+def _compare(args: argparse.Namespace) -> int:
     from harness.dump import compare_dumps
     from harness.report import print_report, write_json
 
-    _check_report_paths(args)
     fixture = load_fixture(args.fixture)
     if args.plot:
         from harness.plots import check_plot_path, require_matplotlib
@@ -159,19 +196,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"dumps: {dumps}")
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
-    if args.json:
-        write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
     _refuse_nothing_compared(report)
+    if args.json:  # last, as for `parity run`
+        write_json(report, Path(args.json))
     return report.exit_code
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge the JSON reports of sharded runs into one report, verdict and exit code."""
+    _check_report_paths(args)
+    with _unusable_json_on_error(args, "merge"):
+        return _merge(args)
+
+
+def _merge(args: argparse.Namespace) -> int:
     from harness.merge import merge_reports
     from harness.report import print_report, write_json
 
-    _check_report_paths(args)
     report = merge_reports([Path(p) for p in args.reports])
     backends = ", ".join(dict.fromkeys(run.backend for run in report.runs))
     print(f"parity: merged {len(args.reports)} reports of fixture {report.fixture} ({report.fixture_id[:19]}...); "
@@ -179,10 +221,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for line in report.skipped:
         print(f"parity: skipped: {line}")
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
-    if args.json:
-        write_json(report, Path(args.json))
     _write_extra_reports(args, report, None)  # no --plot: a picture needs the fixture (compare the dumps)
     _refuse_nothing_compared(report)
+    if args.json:  # last, as for `parity run`
+        write_json(report, Path(args.json))
     return report.exit_code
 
 

@@ -140,7 +140,8 @@ def test_merged_reports_keep_the_decoding_verdict(toy: Fixture, tmp_path: Path) 
     write_json(first, tmp_path / "a.json")
     second = run_parity(toy, [NumpyBackend()], ["fp64"], progress=None)
     assert second.decoding is not None
-    second.decoding.greedy[0].status = FAIL  # as if that shard's greedy tokens had differed
+    greedy = second.decoding.greedy[0]  # as if that shard's greedy tokens had differed (merge checks they do)
+    greedy.status, greedy.actual = FAIL, [(t + 1) % len(toy.vocab) for t in greedy.actual]
     write_json(second, tmp_path / "b.json")
     assert json.loads((tmp_path / "a.json").read_text())["decoding"]["passed"] is True
     merged = merge_reports([tmp_path / "a.json", tmp_path / "b.json"])
