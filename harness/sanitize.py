@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -113,6 +113,10 @@ class SafeStream:
         body = text.rstrip("\n")
         self._stream.write(safe_line(body) + text[len(body):])
         return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
 
     def flush(self) -> None:
         self._stream.flush()

@@ -145,6 +145,9 @@ def test_unit_the_stream_backstop_keeps_only_a_final_line_feed() -> None:
     print(f"backend {HOSTILE}", "and more", file=SafeStream(buf))  # type: ignore[arg-type]
     assert buf.getvalue().count("\n") == 1 and buf.getvalue().endswith("\n")
     assert_clean_terminal(buf.getvalue())
+    SafeStream(buf).writelines([f"{HOSTILE}\n", "second\n"])  # type: ignore[arg-type]
+    assert buf.getvalue().count("\n") == 3
+    assert_clean_terminal(buf.getvalue())
 
 
 # -- a failing JSON report (a perturbed weight, numpy) and the same report with hostile strings -------
