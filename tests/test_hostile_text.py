@@ -253,7 +253,7 @@ HOSTILE = {hostile}
 
 
 class Perfect(Backend):
-    name: ClassVar[str] = {name}
+    name: ClassVar[str] = "text-perfect"
     description: ClassVar[str] = HOSTILE
     install_hint: ClassVar[str] = HOSTILE
     precisions: ClassVar[tuple[str, ...]] = ("fp32", "fp64")
@@ -261,6 +261,10 @@ class Perfect(Backend):
     def run(self, fixture, precision):
         return {{c: {{t: np.array(a, copy=True) for t, a in taps.items()}}
                 for c, taps in fixture.golden(precision).items()}}
+
+
+class EvilName(Perfect):
+    name: ClassVar[str] = {name}
 
 
 class Declines(Perfect):
@@ -295,7 +299,7 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: parity-text-plugin\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text(
-        f"[parity.backends]\n{HOSTILE_NAME} = parity_text_plugin:Perfect\n"
+        f"[parity.backends]\n{HOSTILE_NAME} = parity_text_plugin:EvilName\ntext-perfect = parity_text_plugin:Perfect\n"
         "text-declines = parity_text_plugin:Declines\ntext-missing = parity_text_plugin:Missing\n"
         "text-raises = parity_text_plugin:Raises\n", encoding="utf-8")
     return root
@@ -306,31 +310,45 @@ def run_plugin(plugin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]
     return run_cli(*args, env={"PYTHONPATH": path}, timeout=300)
 
 
-def test_plugin_hostile_name_and_declines_reason_in_a_passing_run(plugin_dir: Path, tmp_path: Path) -> None:
-    """A correct backend with a hostile name, and one that declines with a hostile reason: PASS, every view safe."""
-    proc = run_plugin(plugin_dir, "run", "--backends", f"numpy,{HOSTILE_NAME},text-declines", "--precision",
+def test_plugin_hostile_name_is_refused_in_one_clean_line(plugin_dir: Path) -> None:
+    """A registered name that is not printable is refused (registry); the line that says so is clean."""
+    proc = run_plugin(plugin_dir, "run", "--backends", HOSTILE_NAME, "-q")
+    assert_exit_2_one_line(proc, "evil\\x1b[2K\\u202e")
+    assert_clean_terminal(proc.stderr)
+    assert_clean_terminal(proc.stdout)
+
+
+def test_plugin_hostile_description_and_declines_reason_in_a_passing_run(plugin_dir: Path, tmp_path: Path) -> None:
+    """A correct backend with a hostile description, one that declines with a hostile reason: PASS, every view safe."""
+    proc = run_plugin(plugin_dir, "run", "--backends", "numpy,text-perfect,text-declines", "--precision",
                       "fp64", "-q", "--junit", str(tmp_path / "r.xml"), "--markdown", str(tmp_path / "r.md"),
                       "--plot", str(tmp_path / "r.svg"))
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     assert_clean_terminal(proc.stdout, verdict="PASS")
     assert_clean_terminal(proc.stderr)
-    assert "evil\\x1b[2K\\u202e" in proc.stdout  # the name is shown, escaped
     assert "not supported (\\x1b[2K PASS: every backend agrees" in proc.stdout  # the reason too
     root = assert_valid_junit(tmp_path / "r.xml")
-    assert any("evil\\x1b[2K" in s.get("name", "") for s in root.iter("testsuite"))
+    assert any("text-perfect" in s.get("name", "") for s in root.iter("testsuite"))
     assert_clean_markdown((tmp_path / "r.md").read_text(encoding="utf-8"))
     assert_clean_svg(tmp_path / "r.svg")
 
 
 def test_plugin_hostile_description_install_hint_and_missing_in_parity_backends(plugin_dir: Path) -> None:
-    """`parity backends`: one row per registered backend, whatever their descriptions and hints hold."""
+    """`parity backends`: one row per registered backend, whatever their descriptions and hints hold.
+
+    The hostile name is listed as broken (exit 2, one line naming it); its row and that line are clean.
+    """
     proc = run_plugin(plugin_dir, "backends")
-    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-1500:]
+    assert len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith("parity: error: 1 registered backend(s) broken")
+    assert "evil\\x1b[2K" in proc.stderr
     assert_clean_terminal(proc.stdout)
     assert_clean_terminal(proc.stderr)
     from harness.registry import backend_entry_points
 
-    assert len(proc.stdout.splitlines()) == len(backend_entry_points()) + 4  # the built-ins and the plugin's 4
+    assert len(proc.stdout.splitlines()) == len(backend_entry_points()) + 5  # the built-ins and the plugin's 5
+    assert "\\x1b[2K PASS: every backend agrees" in proc.stdout  # the description and the hint, escaped
 
 
 def test_plugin_hostile_missing_dependency_is_one_clean_error_line(plugin_dir: Path) -> None:
