@@ -25,6 +25,7 @@ from harness.fixture import default_fixture_dir, load_fixture
 from harness.guard import describe_exception, one_line, sigint_handler
 from harness.registry import backend_entry_points, load_backend
 from harness.resources import stress_fixture_dir
+from harness.sanitize import safe_streams
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
@@ -577,7 +578,7 @@ def _report_options(parser: argparse.ArgumentParser, plot: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    with sigint_handler():
+    with sigint_handler(), safe_streams():  # everything printed goes through harness/sanitize.py
         try:
             code = args.func(args)
             return code if code in (EXIT_OK, EXIT_DISAGREE) else EXIT_BAD_INPUT

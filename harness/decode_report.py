@@ -1,4 +1,8 @@
-"""Render the decoding check (harness/decode_check.py): terminal lines after the forward table, and JSON."""
+"""Render the decoding check (harness/decode_check.py): terminal lines after the forward table, and JSON.
+
+The lines hold outside strings (backend and prompt names, vocabulary words) as they are: they are
+printed by `report.print_report`, whose one sink makes every line safe (harness/sanitize.py).
+"""
 
 from __future__ import annotations
 

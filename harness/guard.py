@@ -28,9 +28,10 @@ _sigint_seen = False
 
 
 def one_line(text: str, limit: int = 400) -> str:
-    """`text` as a single printable line: control characters and line breaks become one space."""
-    flat = _CONTROL.sub(" ", text).strip()
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    """`text` as a single printable line (harness/sanitize.py: breaks a space, other unsafe characters escaped)."""
+    from harness.sanitize import one_line as sanitized
+
+    return sanitized(text, limit)
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -12,7 +12,8 @@
 A testcase passes when the tap agrees in every case; its failure message is the worst case's.
 The root carries <properties>: the tolerances in force (`tolerance.fp32.atol`, ...), the fixture's
 `manifest_sha256`, `loose` ("true" when --allow-loose-tolerances let tolerances beyond their
-ceiling through: not a gate) and each loose tolerance as `loose.N`.
+ceiling through: not a gate) and each loose tolerance as `loose.N`. Every string in the tree goes
+through `harness.sanitize.xml_text` before it is written, so the file is always valid XML 1.0.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from harness.compare import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
 from harness.errors import ParityError
 from harness.results import Report
+from harness.sanitize import xml_text
 from harness.text import num_text
 
 
@@ -92,6 +94,23 @@ def junit_element(report: Report) -> ET.Element:
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)
+    return sanitized(root)
+
+
+def sanitized(root: ET.Element) -> ET.Element:
+    """Every attribute, text and tail of the tree made safe and valid XML 1.0 (harness/sanitize.py), in place.
+
+    The one sink of this view: whatever field a testcase or property gains, an outside string in it
+    (a backend or case name, a message) cannot carry a control character, a lone surrogate or
+    U+FFFF into the file, which would then not parse, nor fake a line on a CI page.
+    """
+    for element in root.iter():
+        for key, value in list(element.attrib.items()):
+            element.set(key, xml_text(value))
+        if element.text is not None:
+            element.text = xml_text(element.text, newlines=True)
+        if element.tail is not None:
+            element.tail = xml_text(element.tail, newlines=True)
     return root
 
 

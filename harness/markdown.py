@@ -3,6 +3,8 @@
 One table row per backend x tier: taps passed / failed / not supported, the tap that used most of
 its tolerance and its max error, then the first divergences and the verdict. When the environment
 variable GITHUB_STEP_SUMMARY is set (GitHub Actions), the same text is appended to that file too.
+Every line goes through `harness.sanitize.markdown_line` (table cells through `markdown_cell`), so
+a string from outside cannot add a line, a column, a control character or raw HTML.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from harness.compare import FAIL, NOT_SUPPORTED, OK, TapSummary
 from harness.report import divergence_paragraph, loose_line, tolerances_line, verdict_line
 from harness.results import Report
+from harness.sanitize import markdown_cell, markdown_line
 from harness.text import num_text, tier_label, tolerance_text
 
 
@@ -56,7 +59,7 @@ def markdown_summary(report: Report) -> str:
               "tolerance used"]
     lines = ["## parity", "", f"Fixture `{report.fixture}`.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(report)]
+    lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in summary_rows(report)]
     if report.divergences:
         lines += ["", "### First divergences", ""]
         lines += [f"- {divergence_paragraph(d)}" for d in report.divergences]
@@ -64,7 +67,7 @@ def markdown_summary(report: Report) -> str:
     if report.loose:
         lines += ["", f"**{loose_line(report)}**"]
     lines += ["", f"**{verdict_line(report)}**", ""]
-    return "\n".join(lines)
+    return "\n".join(markdown_line(line) for line in lines)  # the sink: no line holds a break, a control or raw HTML
 
 
 def write_markdown(report: Report, path: Path) -> None:

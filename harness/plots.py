@@ -2,14 +2,19 @@
 
 matplotlib is optional (`pip install 'parity[plot]'`): it is imported only here, only when a
 picture is asked for, with the Agg backend (no display). The file type follows the extension:
-.png or .svg.
+.png or .svg. Every label holding a string from outside (a backend, a word, a fixture's name) goes
+through `harness.sanitize` (`_save` sweeps every text of the figure; tick and legend labels are made
+safe where they are set) and mathtext is off (`_plain_text`): no control character, no '$' parsed, no
+label left out of a legend.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 import numpy as np
 
@@ -17,11 +22,13 @@ from harness.compare import NOT_SUPPORTED, tap_magnitude
 from harness.errors import ParityError
 from harness.fixture import Fixture
 from harness.results import Report
+from harness.sanitize import plot_label, safe_text
 
 INSTALL_HINT = "pip install 'parity[plot]'"
 DPI = 100
 LADDER_SIZE = (14.0, 7.0)  # inches: 1400 x 700 pixels at DPI
 FORMATS = (".png", ".svg")
+P = ParamSpec("P")
 TIER_STYLE = {("fp32", "fp32"): ("-", "o"), ("fp64", "fp64"): ("--", "s"), ("fp64", "fp32"): (":", "^")}
 
 
@@ -53,6 +60,11 @@ def _check_path(path: Path) -> None:
 
 
 def _save(fig: Any, path: Path) -> None:
+    """Write the picture; first every text in it (titles, legends, cells) made safe (harness/sanitize.py)."""
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_text(safe_text(text.get_text()))
     try:
         fig.savefig(path, dpi=DPI, format=path.suffix.lower().lstrip("."))
     except OSError as exc:
@@ -65,6 +77,20 @@ def ladder_floor(values: list[float]) -> float:
     return min(1e-17, 10 ** math.floor(math.log10(min(nonzero)) - 1)) if nonzero else 1e-17
 
 
+def _plain_text(draw: Callable[P, None]) -> Callable[P, None]:
+    """`draw` with mathtext off: a '$' in a backend name or a word is drawn, never parsed (nor a crash)."""
+    @functools.wraps(draw)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            import matplotlib
+        except ImportError:  # `draw` says so (PlotUnavailable, with the install hint)
+            return draw(*args, **kwargs)
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+    return wrapper
+
+
+@_plain_text
 def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
     """Each backend-tier's max error per tap (worst over cases) on a log scale, taps in dataflow order.
 
@@ -106,7 +132,7 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
         linestyle, marker = TIER_STYLE.get((precision, golden), ("-", "."))
         color = colors(backends.index(backend) % 10)
         ax.plot(np.arange(len(taps)), y, linestyle=linestyle, marker=marker, markersize=4, linewidth=1.2,
-                color=color, label=f"{backend} {precision} vs {golden}", zorder=3)
+                color=color, label=plot_label(f"{backend} {precision} vs {golden}"), zorder=3)
         if crosses:
             ax.plot(crosses, [top / 2] * len(crosses), linestyle="none", marker="x", markersize=9, color=color,
                     zorder=4)
@@ -130,7 +156,7 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
     ax.set_ylim(floor / 3, top)
     ax.set_xlim(-0.5, len(taps) - 0.5)
     ax.set_xticks(np.arange(len(taps)))
-    ax.set_xticklabels(taps, rotation=90, fontsize=7)
+    ax.set_xticklabels([plot_label(t) for t in taps], rotation=90, fontsize=7)
     ax.set_ylabel("max |actual - golden| over cases")
     ax.set_title(f"Error ladder: {fixture.root.name}, every backend and tier, taps in dataflow order")
     ax.grid(axis="y", which="major", color="0.8", linewidth=0.5)
@@ -145,6 +171,7 @@ def lens_figsize(n_positions: int, n_streams: int) -> tuple[float, float]:
     return (max(6.0, 1.1 * n_positions + 2.5), 0.75 * n_streams + 2.4)
 
 
+@_plain_text
 def plot_lens(
     path: Path, title: str, words: list[str], top_words: list[list[str]], top_probs: np.ndarray,
     marks: dict[tuple[int, int], list[str]],
@@ -161,13 +188,13 @@ def plot_lens(
         for t in range(n_pos):
             p = float(top_probs[k, t])
             star = "*" if (k, t) in marks else ""
-            ax.text(t, k, f"{top_words[k][t]}{star}\n{p:.2f}", ha="center", va="center", fontsize=8,
+            ax.text(t, k, f"{plot_label(top_words[k][t])}{star}\n{p:.2f}", ha="center", va="center", fontsize=8,
                     color="white" if p > 0.6 else "black")
             if (k, t) in marks:
                 ax.add_patch(plt.Rectangle((t - 0.47, k - 0.47), 0.94, 0.94, fill=False, edgecolor="red",
                                            linewidth=2.0))
     ax.set_xticks(np.arange(n_pos))
-    ax.set_xticklabels([f"{t}: {w}" for t, w in enumerate(words)], fontsize=8)
+    ax.set_xticklabels([plot_label(f"{t}: {w}") for t, w in enumerate(words)], fontsize=8)
     ax.set_yticks(np.arange(n_streams))
     ax.set_yticklabels([f"logit_lens.{k}" for k in range(n_streams)], fontsize=8)
     ax.set_xlabel("input position (the cell is the guess for the next word)")

@@ -84,6 +84,7 @@ from typing import Any, TextIO
 
 from harness.compare import NOT_SUPPORTED, FirstDivergence, TapSummary
 from harness.results import Report
+from harness.sanitize import safe_line
 from harness.text import num_text, tier_label, tolerance_text
 
 SCHEMA_VERSION = 1
@@ -164,14 +165,19 @@ def _not_supported_line(group: list[TapSummary]) -> str:
     return f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} not supported: {taps}"
 
 
+def _emit(out: TextIO, line: str = "") -> None:
+    """The terminal report's one sink: every line, whatever outside strings it holds, made safe (sanitize.py)."""
+    print(safe_line(line), file=out)
+
+
 def print_budget(report: Report, out: TextIO) -> None:
     """The error budget section (`parity run --budget`): every result against the float64 truth."""
     from harness.budget import format_budget
 
     fixture_taps = list(dict.fromkeys(r.tap for r in report.budget))
-    print(file=out)
+    _emit(out)
     for line in format_budget(report.budget, fixture_taps):
-        print(line, file=out)
+        _emit(out, line)
 
 
 def print_report(report: Report, out: TextIO, verbose: bool = False, budget: bool = False) -> None:
@@ -186,44 +192,44 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
             pending.append(s)
             continue
         if pending:
-            print(_not_supported_line(pending), file=out)
+            _emit(out, _not_supported_line(pending))
             pending = [s] if s is not None and s.status == NOT_SUPPORTED else []
             if pending:
                 continue
         if s is None:
             break
-        print(tap_line(s, width), file=out)
+        _emit(out, tap_line(s, width))
         if verbose and s.status != NOT_SUPPORTED:
             for r in report.results:
                 if (r.backend, r.precision, r.golden, r.tap) == (s.backend, s.precision, s.golden, s.tap):
                     mark = "OK  " if r.passed else "FAIL"
-                    print(f"    {r.case:<20} {mark}  max_abs {num_text(r.max_abs)}  at {r.index}"
-                          f"{'  ' + r.message if r.message else ''}", file=out)
-    print(file=out)
+                    _emit(out, f"    {r.case:<20} {mark}  max_abs {num_text(r.max_abs)}  at {r.index}"
+                               f"{'  ' + r.message if r.message else ''}")
+    _emit(out)
     for run in report.runs:
         if run.status == "ran":
-            print(f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s", file=out)
+            _emit(out, f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s")
         elif run.status == DUMP:
-            print(f"{run.backend:<22} {run.precision}  from dump {run.message}", file=out)
+            _emit(out, f"{run.backend:<22} {run.precision}  from dump {run.message}")
         else:
-            print(f"{run.backend:<22} {run.precision}  not supported ({run.message})", file=out)
+            _emit(out, f"{run.backend:<22} {run.precision}  not supported ({run.message})")
     if report.divergences:
-        print(file=out)
+        _emit(out)
         for d in report.divergences:
-            print(divergence_paragraph(d), file=out)
+            _emit(out, divergence_paragraph(d))
     if report.decoding is not None:
         from harness.decode_report import decoding_lines
 
-        print(file=out)
+        _emit(out)
         for line in decoding_lines(report.decoding):
-            print(line, file=out)
+            _emit(out, line)
     if budget:
         print_budget(report, out)
-    print(file=out)
-    print(tolerances_line(report), file=out)
+    _emit(out)
+    _emit(out, tolerances_line(report))
     if report.loose:
-        print(loose_line(report), file=out)
-    print(verdict_line(report), file=out)
+        _emit(out, loose_line(report))
+    _emit(out, verdict_line(report))
 
 
 def tolerances_line(report: Report) -> str:

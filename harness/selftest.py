@@ -46,6 +46,7 @@ from harness.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
 from harness.registry import load_backend
 from harness.results import Report
 from harness.runner import run_parity
+from harness.sanitize import safe_line
 from harness.text import tier_key
 from reference.run import reference_taps
 
@@ -413,19 +414,22 @@ def format_table(result: SelftestResult) -> list[str]:
 
 def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     stream = out if out is not None else sys.stdout
+
+    def say(line: str) -> None:  # the sink: mutant, target and fixture names, error text, made safe
+        print(safe_line(line), file=stream)
+
     for target, why in result.controls.items():
-        print(f"control ({target}, unpatched): {'FAIL: ' + why if why else 'pass'}", file=stream)
+        say(f"control ({target}, unpatched): {'FAIL: ' + why if why else 'pass'}")
     for target, why in result.stress_controls.items():
-        print(f"control ({target}, unpatched, {Path(result.stress_fixture or '').name}): "
-              f"{'FAIL: ' + why if why else 'pass'}", file=stream)
+        say(f"control ({target}, unpatched, {Path(result.stress_fixture or '').name}): "
+            f"{'FAIL: ' + why if why else 'pass'}")
     for line in format_table(result):
-        print(line, file=stream)
+        say(line)
     for why in result.failures():
-        print(f"selftest FAIL: {why}", file=stream)
+        say(f"selftest FAIL: {why}")
     if result.stability:
-        print(f"stability mutants invisible on toy, caught on stress: {result.n_pairs}/{len(result.stability)}",
-              file=stream)
-    print(result.totals_line(), file=stream)
+        say(f"stability mutants invisible on toy, caught on stress: {result.n_pairs}/{len(result.stability)}")
+    say(result.totals_line())
 
 
 def write_json(result: SelftestResult, path: Path) -> None:
