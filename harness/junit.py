@@ -21,7 +21,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
-from harness.errors import ParityError
 from harness.results import Report
 from harness.text import num_text
 
@@ -97,7 +96,7 @@ def junit_element(report: Report) -> ET.Element:
 
 def write_junit(report: Report, path: Path) -> None:
     """Write the JUnit XML file."""
-    try:
-        ET.ElementTree(junit_element(report)).write(path, encoding="utf-8", xml_declaration=True)
-    except OSError as exc:
-        raise ParityError(f"{path}: cannot write the JUnit file ({exc.strerror or exc})") from None
+    from harness.safe_write import write_bytes_atomic
+
+    data = ET.tostring(junit_element(report), encoding="utf-8", xml_declaration=True)
+    write_bytes_atomic(path, data, "JUnit file")  # a temporary file renamed into place; one line if refused

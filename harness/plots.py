@@ -53,10 +53,10 @@ def _check_path(path: Path) -> None:
 
 
 def _save(fig: Any, path: Path) -> None:
-    try:
-        fig.savefig(path, dpi=DPI, format=path.suffix.lower().lstrip("."))
-    except OSError as exc:
-        raise ParityError(f"{path}: cannot write the picture ({exc.strerror or exc})") from None
+    from harness.safe_write import write_atomic_with
+
+    # a temporary file renamed into place (harness/safe_write.py); one line if the system refuses
+    write_atomic_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix.lower().lstrip(".")), "picture")
 
 
 def ladder_floor(values: list[float]) -> float:
