@@ -310,7 +310,13 @@ def _export_scaled(args: argparse.Namespace) -> int:
     if args.fixture is None:
         raise ParityError(f"{what} needs --fixture DIR: where to write the fixture (hundreds of MB for gpt2-small)")
     target = Path(args.fixture)
-    if os.path.lexists(target) and (not os.path.isdir(target) or any(target.iterdir())):
+    try:  # a name the system refuses (too long) is refused here, before the work
+        busy = not os.path.isdir(target) or any(target.iterdir()) if os.lstat(target) else False
+    except FileNotFoundError:
+        busy = False
+    except OSError as exc:
+        raise ParityError(f"--fixture {target}: cannot read it ({exc.strerror or exc})") from None
+    if busy:
         raise ParityError(f"--fixture {target}: exists and is not an empty directory; choose a new one")
     if preset:
         from harness.presets import PRESETS, export_preset
