@@ -56,7 +56,7 @@ def _target(path: Path) -> tuple[Path, os.stat_result | None]:
         return real, None
 
 
-def write_atomic_with(path: Path, write: Callable[[Path], None], what: str = "file", fsync: bool = True) -> None:
+def write_atomic_with(path: Path, write: Callable[[Path], object], what: str = "file", fsync: bool = True) -> None:
     """Have `write(tmp)` write a temporary file beside `path`, then rename it over `path`.
 
     For libraries that write to a path themselves (safetensors, torch.onnx, matplotlib). `write`
@@ -74,11 +74,12 @@ def write_atomic_with(path: Path, write: Callable[[Path], None], what: str = "fi
         return
     tmp = real.parent / f".{real.name[:64]}{TMP_MARK}{secrets.token_hex(4)}"
     try:
-        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # the umask applies, as for any file
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies, as for any new file
+        mode = stat.S_IMODE(st.st_mode if st is not None else os.fstat(fd).st_mode)  # or the old file's
+        os.close(fd)
         write(tmp)
         with open(tmp, "rb+") as f:
-            if st is not None:
-                os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode))  # a rewritten file keeps its permissions
+            os.fchmod(f.fileno(), mode)  # a library may have recreated it private (safetensors does)
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, real)

@@ -219,10 +219,10 @@ def test_write_replace_directory_removes_only_the_files_it_owns(tmp_path: Path) 
     (target / "late.txt").write_text("appeared after the check")
     with staging_directory(target) as staging:
         (staging / "a.bin").write_text("new a")
-        with pytest.raises(WriteError, match="late.txt, which parity did not write"):
+        with pytest.raises(WriteError, match=r"late\.txt, which parity did not write"):
             replace_directory(staging, target, {"a.bin"})
     assert (target / "a.bin").read_text() == "new a"
-    kept = [p for p in tmp_path.rglob("late.txt")]
+    kept = list(tmp_path.rglob("late.txt"))
     assert len(kept) == 1 and kept[0].read_text() == "appeared after the check"
     assert not [p for p in tmp_path.iterdir() if ".parity-stage-" in p.name]
 
@@ -428,3 +428,29 @@ def test_write_fifo_report_without_a_reader_is_refused_not_waited_for(tmp_path: 
     fifo = _fifo(tmp_path, "r.json")
     assert_refused_unchanged(tmp_path, lambda: run_cli("run", "--backends", "numpy", "--json", str(fifo),
                                                        timeout=60), "a FIFO nobody reads")
+
+
+def test_write_fixture_files_are_not_left_private(tmp_path: Path) -> None:
+    import numpy as np
+
+    from harness.fixture_writer import save_tensors
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    save_tensors({"a": np.zeros(3, dtype=np.float32)}, tmp_path / "w.safetensors")  # safetensors writes 0600
+    assert stat.S_IMODE((tmp_path / "w.safetensors").stat().st_mode) == 0o666 & ~umask
+
+
+@pytest.mark.slow
+def test_write_export_and_decoding_only_replace_a_toy_fixture_and_nothing_beside_it(tmp_path: Path,
+                                                                                   toy: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "beside.txt").write_text("untouched")
+    for args in (["export", "--fixture", str(toy), "--steps", "1"],
+                 ["export", "--decoding-only", "--fixture", str(toy)]):
+        proc = run_cli(*args)
+        assert proc.returncode == 0, proc.stderr[-1500:]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["beside.txt", "toy"]  # nothing left beside it
+        assert (tmp_path / "beside.txt").read_text() == "untouched"
+        assert all(stat.S_IMODE(p.stat().st_mode) & 0o044 for p in toy.iterdir())  # readable by others, as before
+    assert run_cli("run", "--fixture", str(toy), "--backends", "numpy", "-q").returncode == 0
