@@ -18,9 +18,9 @@ from harness.errors import ParityError
 # A manifest is a few kB (the toy 9 kB, the stress fixture 19 kB); a GPT-2-small one, with its
 # 50,257-word vocabulary, under 1 MiB.
 MAX_MANIFEST_BYTES = 4 << 20
-# A JSON report of the toy with every backend is ~1 MB; one of GPT-2 small, ~10 MB.
+# A JSON report of the toy: 1.9 MB for 2 backends x 2 tiers, ~10 MB with every backend (GPT-2 small: as many rows).
 MAX_REPORT_BYTES = 64 << 20
-# A dump's safetensors header: ~100 bytes per tensor, 516 tensors for the toy, ~1,000 for GPT-2 small.
+# A dump's safetensors header: ~100 bytes per tensor, 51 kB for the toy's 516 tensors.
 MAX_DUMP_HEADER_BYTES = 8 << 20
 # The Markdown step summary parity appends to ($GITHUB_STEP_SUMMARY; GitHub itself takes 1 MiB per step).
 MAX_STEP_SUMMARY_BYTES = 16 << 20
