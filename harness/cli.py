@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from harness.backends.base import PRECISIONS, Precision
 from harness.backends.boundary import GuardedBackend
@@ -83,7 +83,7 @@ def _nothing_to_compare(backends: list[GuardedBackend], precisions: list[Precisi
 
 def cmd_run(args: argparse.Namespace) -> int:
     names = _parse_backends(args.backends)
-    _check_report_paths(args)
+    _check_report_paths(args, input_dirs={args.fixture: "the fixture directory"}, dump_dir=args.save_outputs)
     with _unusable_json_on_error(args, "run"):
         return _run(args, names)
 
@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
     from harness.runner import run_parity
 
     fixture = load_fixture(args.fixture, allow_loose_tolerances=args.allow_loose_tolerances)
-    if args.plot:
+    if args.plot is not None:
         from harness.plots import check_plot_path, require_matplotlib
 
         check_plot_path(Path(args.plot))
@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
         fixture.preload_golden(precision)  # validate both golden files before spending time on backends
     fixture.weights()
     fixture.release_weights()  # checked; a GPT-2-sized copy is not kept while the backends run
-    if args.save_outputs:
+    if args.save_outputs is not None:
         from harness.dump import check_dump_names, check_writable
 
         # before spending time on backends: two backends whose dumps would overwrite each other, an unwritable DIR
@@ -131,17 +131,19 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
         from harness.dump import save_outputs
 
         save_outputs(report, fixture, Path(args.save_outputs))
-    if args.json:  # last: a run that fails before here (exit 2) leaves the unusable marker instead
+    if args.json is not None:  # last: a run that fails before here (exit 2) leaves the unusable marker instead
         write_json(report, Path(args.json))
     return report.exit_code
 
 
-def _check_report_paths(args: argparse.Namespace) -> None:
-    """Every report path of run, compare and merge checked writable before any work (exit 2, one line)."""
-    from harness.report_paths import check_report_paths
+def _check_report_paths(args: argparse.Namespace, inputs: dict[str | Path, str] | None = None,
+                        input_dirs: dict[str | Path, str] | None = None, dump_dir: str | None = None) -> None:
+    """Every output path of run, compare and merge checked before any work (exit 2, one line): writable,
+    not empty, not an input, not another output (harness/report_paths.py)."""
+    from harness.report_paths import check_output_paths
 
-    check_report_paths({"JSON report": args.json, "JUnit file": args.junit, "Markdown summary": args.markdown,
-                        "picture": getattr(args, "plot", None)})
+    check_output_paths({"--json": args.json, "--junit": args.junit, "--markdown": args.markdown,
+                        "--plot": getattr(args, "plot", None)}, inputs, input_dirs, dump_dir)
 
 
 @contextmanager
@@ -154,7 +156,7 @@ def _unusable_json_on_error(args: argparse.Namespace, command: str) -> Iterator[
     try:
         yield
     except BaseException as exc:
-        if args.json:
+        if args.json is not None:
             from harness.report import write_unusable_json
 
             interrupted = isinstance(exc, KeyboardInterrupt)
@@ -173,7 +175,8 @@ def _refuse_nothing_compared(report: Report) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Judge dumps (docs/dump-format.md) against the fixture's goldens, with `parity run`'s report and exit codes."""
-    _check_report_paths(args)
+    _check_report_paths(args, inputs={p: "a dump being compared" for p in args.dumps},
+                        input_dirs={args.fixture: "the fixture directory"})
     with _unusable_json_on_error(args, "compare"):
         return _compare(args)
 
@@ -183,7 +186,7 @@ def _compare(args: argparse.Namespace) -> int:
     from harness.report import print_report, write_json
 
     fixture = load_fixture(args.fixture)
-    if args.plot:
+    if args.plot is not None:
         from harness.plots import check_plot_path, require_matplotlib
 
         check_plot_path(Path(args.plot))
@@ -199,14 +202,14 @@ def _compare(args: argparse.Namespace) -> int:
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     _write_extra_reports(args, report, fixture)
     _refuse_nothing_compared(report)
-    if args.json:  # last, as for `parity run`
+    if args.json is not None:  # last, as for `parity run`
         write_json(report, Path(args.json))
     return report.exit_code
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge the JSON reports of sharded runs into one report, verdict and exit code."""
-    _check_report_paths(args)
+    _check_report_paths(args, inputs={p: "a report being merged" for p in args.reports})
     with _unusable_json_on_error(args, "merge"):
         return _merge(args)
 
@@ -224,22 +227,22 @@ def _merge(args: argparse.Namespace) -> int:
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     _write_extra_reports(args, report, None)  # no --plot: a picture needs the fixture (compare the dumps)
     _refuse_nothing_compared(report)
-    if args.json:  # last, as for `parity run`
+    if args.json is not None:  # last, as for `parity run`
         write_json(report, Path(args.json))
     return report.exit_code
 
 
 def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixture | None) -> None:
     """--junit, --markdown (and $GITHUB_STEP_SUMMARY) and --plot, after the terminal report."""
-    if args.junit:
+    if args.junit is not None:
         from harness.junit import write_junit
 
         write_junit(report, Path(args.junit))
-    if args.markdown:
+    if args.markdown is not None:
         from harness.markdown import write_markdown
 
         write_markdown(report, Path(args.markdown))
-    if fixture is not None and args.plot:
+    if fixture is not None and args.plot is not None:
         from harness.plots import plot_error_ladder
 
         plot_error_ladder(report, fixture, Path(args.plot))
@@ -247,13 +250,15 @@ def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixt
 
 def cmd_lens(args: argparse.Namespace) -> int:
     from harness.lens import run_lens
+    from harness.report_paths import check_output_paths
 
+    check_output_paths({"--plot": args.plot}, input_dirs={args.fixture: "the fixture directory"})
     fixture = load_fixture(args.fixture)
     names = _parse_backends(args.backends)
     backends, skipped = select_backends(names)
     for line in skipped:
         print(f"parity: skipped: {line}", file=sys.stderr)
-    return run_lens(fixture, args.case, backends, Path(args.plot) if args.plot else None,
+    return run_lens(fixture, args.case, backends, Path(args.plot) if args.plot is not None else None,
                     default_selection=names is None, out=sys.stdout, progress=_progress)
 
 
@@ -294,6 +299,10 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from harness.export import check_fixture, export_fixture
 
+    if args.decoding_only and (args.preset != "toy" or args.from_hf or args.check):
+        other = "--check" if args.check else "--from-hf" if args.from_hf else f"--preset {args.preset}"
+        raise ParityError(f"--decoding-only adds the decoding goldens to a toy fixture; it does not combine "
+                          f"with {other}")
     if args.preset == "toy-stress":
         if args.from_hf:
             raise ParityError("give --preset or --from-hf, not both")
@@ -308,18 +317,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.preset != "toy" or args.from_hf:
         return _export_scaled(args)
     fixture = Path(args.fixture) if args.fixture else default_fixture_dir()
-    if (fixture / "manifest.json").is_file():
-        from harness.stress import PRESET, is_stress
-
-        if is_stress(load_fixture(fixture)):  # never retrain the toy over the stress fixture
-            raise ParityError(f"{fixture} was made by `parity export --preset {PRESET}`: pass --preset {PRESET}")
     if args.check:
+        if os.path.isfile(fixture / "manifest.json"):
+            from harness.stress import PRESET, is_stress
+
+            if is_stress(load_fixture(fixture)):  # the toy's check is not the stress fixture's
+                raise ParityError(f"{fixture} was made by `parity export --preset {PRESET}`: pass --preset {PRESET}")
         return check_fixture(fixture, progress=_progress, retrain=not args.no_retrain)
     if args.decoding_only:
         from harness.decoding_writer import add_decoding
+        from harness.fixture_writer import fixture_kind
 
+        kind = fixture_kind(load_fixture(fixture).manifest)
+        if kind != "toy":
+            raise ParityError(f"--decoding-only --fixture {fixture}: {f'a {kind} fixture' if kind else 'not a fixture'}"
+                              f"{'' if kind else ' made by `parity export`'}; decoding goldens are added to toy "
+                              "fixtures only (nothing was changed)")
         add_decoding(fixture, progress=lambda m: _progress(f"parity export: {m}"))
-        _progress(f"parity export: added the decoding goldens and graph to {args.fixture}")
+        _progress(f"parity export: added the decoding goldens and graph to {fixture}")
         return EXIT_OK
     if args.steps < 1:
         raise ParityError(f"--steps must be a positive number of training steps, got {args.steps} "
@@ -339,7 +354,13 @@ def _export_scaled(args: argparse.Namespace) -> int:
     if args.fixture is None:
         raise ParityError(f"{what} needs --fixture DIR: where to write the fixture (hundreds of MB for gpt2-small)")
     target = Path(args.fixture)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    try:  # a name the system refuses (too long) is refused here, before the work
+        busy = not os.path.isdir(target) or any(target.iterdir()) if os.lstat(target) else False
+    except FileNotFoundError:
+        busy = False
+    except OSError as exc:
+        raise ParityError(f"--fixture {target}: cannot read it ({exc.strerror or exc})") from None
+    if busy:
         raise ParityError(f"--fixture {target}: exists and is not an empty directory; choose a new one")
     if preset:
         from harness.presets import PRESETS, export_preset
@@ -408,15 +429,18 @@ def cmd_verify_ts(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     """Run every mutant of harness/mutants.py through the harness (see harness/selftest.py)."""
     from harness.mutants import by_name
+    from harness.report_paths import check_output_paths
     from harness.selftest import print_selftest, run_selftest, write_json
 
+    check_output_paths({"--json": args.json}, input_dirs={args.fixture: "the fixture directory",
+                                                          args.stress_fixture: "the stress fixture directory"})
     fixture = load_fixture(args.fixture)
     mutants = by_name(_parse_backends(args.only) if args.only is not None else None)
     # The stability mutants are caught on the stress fixture (and must pass on the toy).
     stress = load_fixture(args.stress_fixture) if any(m.caught_on == "stress" for m in mutants) else None
     result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress, stress=stress)
     print_selftest(result)
-    if args.json:
+    if args.json is not None:
         write_json(result, Path(args.json))
     return result.exit_code
 
@@ -439,8 +463,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return run_generate(fixture, args.prompt, args.steps, backends, _precisions(args.precision), sys.stdout)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as parity's one line on stderr (exit 2), naming the command and argument."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"parity: error: {self.prog}: {one_line(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="parity",
         description="Prove, tap by tap, that several implementations of one transformer compute the same numbers.",
         epilog="Exit codes: 0 all agree, 1 a disagreement, 2 bad input, usage or environment.",
@@ -525,7 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add (or rewrite) only the decoding goldens and model.decode.onnx of an existing "
                              "fixture; no other file changes, nothing is retrained")
     export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
-    export.add_argument("--seed", type=int, default=0, help="training seed, or the preset's weights seed (default: 0)")
+    export.add_argument("--seed", type=_seed, default=0,
+                        help="training seed, or the preset's weights seed (default: 0; 0 to 2**63 - 1)")
     export.set_defaults(func=cmd_export)
 
     seal = sub.add_parser("seal", help="re-seal a fixture's manifest after a reviewed edit (manifest_sha256)")
@@ -557,9 +589,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the learners' page: model.ts checked in your browser")
     serve.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
-    serve.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (default: 8000; 0: any free port)")
+    serve.add_argument("--port", type=_port, default=8000, help="port on 127.0.0.1 (default: 8000; 0: any free port)")
     serve.set_defaults(func=cmd_serve)
     return parser
+
+
+def _int_in(text: str, lo: int, hi: int, what: str) -> int:
+    """An argparse type: an integer lo..hi; a one-line usage error (exit 2) naming the range otherwise."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"{what} must be {lo} to {hi}, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    return _int_in(text, 0, 2**63 - 1, "a seed")
+
+
+def _port(text: str) -> int:
+    return _int_in(text, 0, 65535, "a port")
 
 
 def _report_options(parser: argparse.ArgumentParser, plot: bool = True) -> None:
@@ -593,6 +644,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # a bug in parity itself: still one line, never exit 1 ("disagreement")
             if os.environ.get("PARITY_DEBUG") == "1":
                 raise
+            if isinstance(exc, OSError) and exc.filename is not None:  # the system refused a path given (too long)
+                print(f"parity: error: {one_line(str(exc.filename))}: {exc.strerror or type(exc).__name__}",
+                      file=sys.stderr)
+                return EXIT_BAD_INPUT
             print(f"parity: error: internal error: {describe_exception(exc)} "
                   "(PARITY_DEBUG=1 shows the traceback)", file=sys.stderr)
             return EXIT_BAD_INPUT

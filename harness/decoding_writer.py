@@ -86,9 +86,8 @@ def write_decoding_files(
 
     Returns the manifest's `decoding` section and `files.decoding`. Needs torch (the reference).
     """
-    from safetensors.numpy import save_file
-
     from harness.fixture import Case
+    from harness.fixture_writer import save_tensors
     from harness.platforms import current_platform
     from reference.run import reference_taps
 
@@ -109,7 +108,7 @@ def write_decoding_files(
             taps = reference_taps(weights, config, [Case(p.name, seq)], precision)[p.name]
             for key, value in golden_from_forward(taps, config.n_layer, len(p.tokens), steps).items():
                 tensors[f"{p.name}/{key}"] = np.ascontiguousarray(value, dtype=DTYPES[precision])
-        save_file(tensors, str(root / GOLDEN_FILES[precision]))
+        save_tensors(tensors, root / GOLDEN_FILES[precision])
         files[precision] = GOLDEN_FILES[precision]
     if onnx:
         from harness.onnx_decode import export_decode_onnx
@@ -129,29 +128,46 @@ def write_decoding_files(
 
 
 def add_decoding(root: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Add (or rewrite) the decoding goldens and graph of an existing fixture; no other file is touched.
+    """Add (or rewrite) the decoding goldens and graph of an existing toy fixture; no other file changes.
 
-    The manifest gets its `decoding` section, `files.decoding` and the new files' sha256.
+    The fixture is copied beside itself, the decoding files and the manifest's `decoding` section,
+    `files.decoding` and sha256 entries are written into the copy, the copy is loaded and checked,
+    and only then swapped in (harness/safe_write.py). `root` must be a fixture `parity export` made
+    holding only its own files (`owned_entries`), so nothing parity did not write is touched.
     """
     from harness.fixture import load_fixture
+    from harness.fixture_writer import copy_file, owned_entries
+    from harness.safe_write import replace_directory, staging_directory
 
     fixture = load_fixture(root)
-    section, files = write_decoding_files(root, fixture.weights(), fixture.config, fixture.vocab, progress=progress)
-    extend_manifest(root, section, files)
-    for name in files.values():
-        (root / name).chmod(0o644)
-    load_fixture(root).decoding()
+    owned = owned_entries(root, "toy")
+    weights = fixture.weights()
+    with staging_directory(root) as staging:
+        for name in sorted(owned):
+            copy_file(root / name, staging / name)
+        section, files = write_decoding_files(staging, weights, fixture.config, fixture.vocab, progress=progress)
+        extend_manifest(staging, section, files)
+        load_fixture(staging).decoding()  # validate what was written before replacing anything
+        replace_directory(staging, root, owned)
 
 
 def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, str]) -> None:
-    """Add the `decoding` section, `files.decoding` and the files' sha256 to the manifest in `root`, and re-seal it."""
-    from harness.fixture import MANIFEST, sha256_file
-    from harness.fixture_writer import seal_manifest
+    """Add the `decoding` section, `files.decoding` and the files' sha256 to the manifest in `root`, and re-seal it.
 
-    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    The new manifest is checked as a fixture (schema, hashes) before it replaces the old one,
+    atomically (harness/safe_write.py).
+    """
+    from harness.fixture import MANIFEST, fixture_from_manifest, read_manifest, sha256_file
+    from harness.manifest import SEAL_KEY, manifest_digest
+    from harness.safe_write import write_text_atomic
+    from harness.strict_json import loads_strict
+
+    manifest = read_manifest(root / MANIFEST)
     manifest["decoding"] = dict(section)
     manifest["files"]["decoding"] = dict(files)
     for name in files.values():
         manifest["sha256"][name] = sha256_file(root / name)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    seal_manifest(root)
+    manifest[SEAL_KEY] = manifest_digest(manifest)
+    text = json.dumps(manifest, indent=1) + "\n"
+    fixture_from_manifest(root, loads_strict(text))
+    write_text_atomic(root / MANIFEST, text, "manifest")

@@ -23,16 +23,18 @@ from harness import __version__
 from harness.errors import ParityError
 from harness.fixture import Fixture
 from harness.fixture_id import fixture_id
+from harness.input_files import MAX_DUMP_HEADER_BYTES, InputFileError, check_input_file
 from harness.precision import PRECISIONS, BackendOutput, Precision
 from harness.results import BackendRun, Report
 from harness.runner import add_output, finish_report
+from harness.safe_write import write_atomic_with
 from harness.strict_json import StrictJSONError, loads_strict
 
 FORMAT_NAME = "parity-dump"
 FORMAT_VERSION = "1"
 REQUIRED_METADATA = ("format", "format_version", "backend", "precision", "fixture_id", "platform", "parity_version")
 SAFETENSORS_DTYPES: dict[Precision, str] = {"fp32": "F32", "fp64": "F64"}
-MAX_HEADER = 100_000_000  # bytes: the reference safetensors implementation's limit
+MAX_HEADER = MAX_DUMP_HEADER_BYTES  # bytes (the reference safetensors implementation's own limit is 100 MB)
 
 
 class DumpError(ParityError):
@@ -118,9 +120,10 @@ def write_dump(
             value = taps.get(tap) if tap in supported else None
             if isinstance(value, np.ndarray):  # anything else is left out: "missing", as in the run
                 tensors[f"{case.name}/{tap}"] = np.ascontiguousarray(value)
-    try:
-        save_file(tensors, str(path), metadata=dump_metadata(backend, precision, fid, supported))
-    except (OSError, ValueError, TypeError) as exc:
+    meta = dump_metadata(backend, precision, fid, supported)
+    try:  # through a temporary file renamed into place (harness/safe_write.py)
+        write_atomic_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta), "dump")
+    except (ValueError, TypeError) as exc:
         raise DumpError(f"{path}: cannot write the dump ({exc})") from None
 
 
@@ -138,14 +141,21 @@ def save_outputs(report: Report, fixture: Fixture, directory: Path) -> list[Path
 def read_header(path: Path) -> dict[str, Any]:
     """The JSON header of a safetensors file; DumpError naming the file if it is not one."""
     try:
+        check_input_file(path, "dump")  # a regular file (a FIFO or a device would hang the read)
+    except InputFileError as exc:
+        raise DumpError(str(exc)) from None
+    try:
         with path.open("rb") as f:
             head = f.read(8)
             if len(head) < 8:
                 raise DumpError(f"{path}: not a safetensors file ({len(head)} bytes, too short for a header)")
             n = int.from_bytes(head, "little")
             size = os.fstat(f.fileno()).st_size
-            if n > min(size - 8, MAX_HEADER):
+            if n > size - 8:
                 raise DumpError(f"{path}: not a safetensors file (header length {n} is beyond the file's {size} bytes)")
+            if n > MAX_HEADER:  # refused before it is read or parsed
+                raise DumpError(f"{path}: dump header of {n} bytes, more than the {MAX_HEADER} a dump's header "
+                                "may have (docs/security.md, Files)")
             header = loads_strict(f.read(n).decode("utf-8"))
     except FileNotFoundError:
         raise DumpError(f"{path}: file not found") from None

@@ -15,10 +15,8 @@ directory and compares with what is committed (what a "platform" is: harness/pla
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -127,7 +125,9 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
     section, files = write_decoding_files(root, weights, config, VOCAB, onnx=with_onnx is True,
                                           progress=lambda message: progress(f"parity export: {message}"))
     if decode_onnx is not None and with_onnx is not True:
-        shutil.copyfile(decode_onnx, root / ONNX_FILE)
+        from harness.fixture_writer import copy_file
+
+        copy_file(decode_onnx, root / ONNX_FILE)
         files["onnx"] = ONNX_FILE
     extend_manifest(root, section, files)
 
@@ -142,24 +142,29 @@ def train_weights(seed: int, steps: int, progress: Progress) -> dict[str, np.nda
 
 
 def export_fixture(root: Path, steps: int = STEPS, seed: int = SEED, progress: Progress = print) -> None:
-    """Retrain and rewrite the fixture at `root` (atomically: written beside it, then swapped in)."""
+    """Retrain and rewrite the toy fixture at `root`, atomically: written beside it, checked, then swapped in.
+
+    `root` must be new, empty, or a toy fixture holding only its own files (`owned_entries`): it
+    is checked before training, and again before the swap.
+    """
+    from harness.fixture_writer import owned_entries
+    from harness.safe_write import replace_directory, staging_directory
+
     start = time.perf_counter()
+    owned_entries(root, "toy")  # refused before 50 s of training, not after
     weights = train_weights(seed, steps, progress)
-    with tempfile.TemporaryDirectory(dir=root.parent if root.parent.exists() else None) as tmp:
-        staging = Path(tmp) / "fixture"
+    with staging_directory(root) as staging:
         write_fixture(staging, weights, seed, steps, with_onnx=True, progress=progress)
         load_fixture(staging)  # validate what was written before replacing anything
-        if root.exists():
-            shutil.rmtree(root)
-        shutil.copytree(staging, root)
-    for path in root.iterdir():
-        path.chmod(0o644)  # temporary files are created private; the fixture is meant to be shared
+        replace_directory(staging, root, owned_entries(root, "toy"))
     progress(f"parity export: wrote {root} in {time.perf_counter() - start:.1f} s")
 
 
 def _manifest_without_hashes(path: Path) -> dict[str, Any]:
     """The manifest apart from hashes and the platforms that made it (compared by their own rules)."""
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    from harness.fixture import read_manifest
+
+    manifest = read_manifest(path)
     manifest.pop("sha256", None)
     manifest.pop("manifest_sha256", None)  # the seal hashes the rest, hashes included
     manifest.get("provenance", {}).pop("platform", None)

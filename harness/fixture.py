@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,7 @@ import numpy as np
 
 from harness.compare import tap_magnitude
 from harness.errors import FixtureError
+from harness.input_files import MAX_MANIFEST_BYTES
 from harness.manifest import SEAL_KEY, manifest_digest, validate_manifest
 from harness.precision import DTYPES, PRECISIONS, Precision
 from harness.strict_json import StrictJSONError, load_strict
@@ -259,9 +262,7 @@ class Fixture:
             if name not in hashes:
                 raise self._fail(f"no sha256 for {name!r}")
         for name, digest in hashes.items():
-            path = self._safe_path(name)
-            if not path.is_file():
-                raise FixtureError(f"{path}: file not found (listed in the manifest)")
+            path = fixture_file(self.root, name, self.manifest_path)  # a regular file inside the directory
             actual = sha256_file(path)
             if actual != digest:
                 raise FixtureError(
@@ -280,9 +281,7 @@ class Fixture:
         return names
 
     def _safe_path(self, name: str) -> Path:
-        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
-            raise self._fail(f"file name {name!r} must be a plain name inside the fixture directory")
-        return self.root / name
+        return safe_name(self.root, name, self.manifest_path)
 
     # -- public API -------------------------------------------------------------------------
     @property
@@ -507,11 +506,21 @@ def load_fixture(root: str | Path, allow_loose_tolerances: bool = False) -> Fixt
     """
     root = Path(root)
     manifest_path = root / MANIFEST
-    if not root.is_dir():
-        raise FixtureError(f"{root}: fixture directory not found")
-    if not manifest_path.is_file():
-        raise FixtureError(f"{manifest_path}: file not found")
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise FixtureError(f"{root}: fixture directory not found") from None
+    except OSError as exc:
+        raise FixtureError(f"{root}: cannot read the fixture directory ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise FixtureError(f"{root}: not a fixture directory (not a directory)")
     manifest = read_manifest(manifest_path)
+    return fixture_from_manifest(root, manifest, allow_loose_tolerances)
+
+
+def fixture_from_manifest(root: Path, manifest: dict[str, Any], allow_loose_tolerances: bool = False) -> Fixture:
+    """Validate a manifest (already read, or about to be written by `parity seal`) as the fixture at `root`."""
+    manifest_path = root / MANIFEST
     if manifest.get("format") != FORMAT_NAME:
         raise FixtureError(f"{manifest_path}: not a parity fixture (format is {_json(manifest.get('format'))})")
     version = manifest.get("format_version")
@@ -534,7 +543,7 @@ def _json(value: object) -> str:
 def read_manifest(path: Path) -> dict[str, Any]:
     """manifest.json as strict JSON (no NaN, Infinity or repeated keys), a JSON object; FixtureError if not."""
     try:
-        manifest = load_strict(path)
+        manifest = load_strict(path, "manifest", MAX_MANIFEST_BYTES)
     except StrictJSONError as exc:
         raise FixtureError(f"{path}: {exc}") from None
     except OSError as exc:
@@ -542,6 +551,35 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise FixtureError(f"{path}: the manifest must be a JSON object")
     return manifest
+
+
+def safe_name(root: Path, name: object, manifest_path: Path) -> Path:
+    """`root / name` for a file name from a manifest: a plain name (no `/`, `\\`, `..`, NUL, not absolute).
+
+    Checked before any file is opened (`parity seal --rehash-files` too); FixtureError naming the manifest.
+    """
+    if (not isinstance(name, str) or not name or name in (".", "..") or any(c in name for c in "/\\\0")
+            or Path(name).is_absolute() or len(name.encode("utf-8", "surrogateescape")) > 255):
+        raise FixtureError(f"{manifest_path}: file name {name!r} must be a plain name inside the fixture directory")
+    return root / name
+
+
+def fixture_file(root: Path, name: object, manifest_path: Path) -> Path:
+    """A data file the manifest lists: a plain name (`safe_name`) whose file, symlinks followed, is a
+    regular file inside the fixture directory; FixtureError (one line) before anything is read otherwise."""
+    path = safe_name(root, name, manifest_path)
+    try:
+        inside = path.resolve().parent == root.resolve()
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FixtureError(f"{path}: file not found (listed in the manifest)") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise FixtureError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    if not inside:
+        raise FixtureError(f"{path}: a symlink to a file outside the fixture directory (listed in the manifest)")
+    if not stat.S_ISREG(st.st_mode):
+        raise FixtureError(f"{path}: not a regular file (listed in the manifest)")
+    return path
 
 
 def default_fixture_dir() -> Path:

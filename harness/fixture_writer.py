@@ -11,6 +11,7 @@ tests for their random-weight fixtures (tests/fixture_builders.py).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -18,18 +19,22 @@ from typing import Any
 
 import numpy as np
 
+from harness.errors import FixtureError
 from harness.fixture import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
     Case,
-    load_fixture,
+    fixture_file,
+    fixture_from_manifest,
     read_manifest,
     sha256_file,
 )
 from harness.manifest import SEAL_KEY, manifest_digest
 from harness.onnx_graph import OnnxGraph
 from harness.precision import DTYPES, PRECISIONS, Precision
+from harness.safe_write import write_atomic_with, write_text_atomic
+from harness.strict_json import loads_strict
 from harness.tolerances import FP32_ATOL, FP32_RTOL, FP64_ATOL
 from reference.config import GPTConfig
 from reference.taps import tap_names, tap_shape_template
@@ -75,11 +80,9 @@ def write_fixture_files(
     arrays must already be cut so. `lens_rows`: passed to the ONNX export (probs and the lens on the
     last positions only).
     """
-    from safetensors.numpy import save_file
-
     say = progress or (lambda _message: None)
     root.mkdir(parents=True, exist_ok=True)
-    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}, str(root / WEIGHTS_FILE))
+    save_tensors({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}, root / WEIGHTS_FILE)
     files: dict[str, Any] = {"weights": WEIGHTS_FILE, "golden": {}}
     taps = tap_names(config.n_layer)
     for precision in PRECISIONS:
@@ -91,7 +94,7 @@ def write_fixture_files(
             for case in cases
             for tap in taps
         }
-        save_file(tensors, str(root / name))  # safetensors needs C order, hence ascontiguousarray
+        save_tensors(tensors, root / name)  # safetensors needs C order, hence ascontiguousarray
         files["golden"][precision] = name
     if onnx is True:
         from harness.onnx_export import export_onnx
@@ -103,7 +106,7 @@ def write_fixture_files(
     elif onnx:
         files["onnx"] = {}
         for kind, src in onnx.items():
-            shutil.copyfile(src, root / src.name)
+            copy_file(src, root / src.name)
             files["onnx"][kind] = src.name
     names = [files["weights"], *files["golden"].values(), *files.get("onnx", {}).values()]
     manifest = {
@@ -120,7 +123,23 @@ def write_fixture_files(
         "provenance": dict(provenance),
     }
     manifest[SEAL_KEY] = manifest_digest(manifest)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(root / MANIFEST, json.dumps(manifest, indent=1) + "\n", "manifest")
+
+
+def save_tensors(tensors: Mapping[str, np.ndarray], path: Path, metadata: dict[str, str] | None = None,
+                 what: str = "safetensors file") -> None:
+    """safetensors' `save_file`, through a temporary file renamed into place (harness/safe_write.py)."""
+    from safetensors.numpy import save_file
+
+    write_atomic_with(path, lambda tmp: save_file(dict(tensors), str(tmp), metadata=metadata), what)
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """Copy a file into a fixture being written, through a temporary file renamed into place."""
+    def copy(tmp: Path) -> None:
+        shutil.copyfile(src, tmp)
+
+    write_atomic_with(dst, copy, dst.name)
 
 
 def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tolerances: bool = False) -> str:
@@ -128,22 +147,83 @@ def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tole
 
     The manifest must still be strict JSON and pass every check of `load_fixture` (schema, ceilings,
     file hashes), or nothing is changed and FixtureError says why. `rehash_files` first rewrites the
-    sha256 of every listed file: for a data file changed on purpose.
+    sha256 of every listed file: for a data file changed on purpose; every name is checked (a plain
+    name, a regular file inside the fixture directory) before any file is opened. The new manifest
+    is checked in memory, then written atomically (harness/safe_write.py): a full disk leaves the
+    old manifest, never a truncated one.
     """
     root = Path(root)
     path = root / MANIFEST
-    before = path.read_bytes()
+    if not os.path.isdir(root):  # never raises (a name too long is "not found")
+        raise FixtureError(f"{root}: fixture directory not found")
     manifest = read_manifest(path)
     if rehash_files and isinstance(manifest.get("sha256"), dict):
-        manifest["sha256"] = {name: sha256_file(root / name) for name in manifest["sha256"]}
+        paths = {name: fixture_file(root, name, path) for name in manifest["sha256"]}  # all checked, then read
+        manifest["sha256"] = {name: sha256_file(p) for name, p in paths.items()}
     manifest[SEAL_KEY] = manifest_digest(manifest)
-    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    try:
-        load_fixture(root, allow_loose_tolerances=allow_loose_tolerances)
-    except BaseException:
-        path.write_bytes(before)  # a manifest that does not load is not sealed
-        raise
+    text = json.dumps(manifest, indent=1) + "\n"
+    fixture_from_manifest(root, loads_strict(text), allow_loose_tolerances=allow_loose_tolerances)
+    write_text_atomic(path, text, "manifest")
     return str(manifest[SEAL_KEY])
 
 
-__all__ = ["ONNX_FILES", "Golden", "default_tolerances", "seal_manifest", "write_fixture_files"]
+def fixture_kind(manifest: Mapping[str, Any]) -> str | None:
+    """Which `parity export` made a fixture: its preset ("toy-stress", "gpt2-mini", ...), "toy", "from-hf", or None."""
+    prov = manifest.get("provenance")
+    if not isinstance(prov, dict):
+        return None
+    if isinstance(prov.get("preset"), str):
+        return str(prov["preset"])
+    command = prov.get("command")
+    if command == "parity export":
+        return "toy"
+    if isinstance(command, str) and command.startswith("parity export --from-hf"):
+        return "from-hf"
+    return None
+
+
+def owned_entries(target: Path, kind: str, option: str = "--fixture") -> frozenset[str]:
+    """The entries of `target` parity may replace when it rewrites the fixture there as a `kind` fixture.
+
+    Nothing (a new directory) when `target` does not exist or is empty. Otherwise `target` must be a
+    fixture of the same kind (its manifest's provenance says so) holding nothing but its manifest and
+    the files the manifest lists; else FixtureError (one line): parity never deletes a file it did
+    not write (docs/security.md, "Files").
+    """
+    try:
+        if not target.exists():
+            return frozenset()
+        if not target.is_dir():
+            raise FixtureError(f"{option} {target}: exists and is not a directory; parity writes a fixture "
+                               "directory there and never replaces what it did not write")
+        entries = sorted(p.name for p in target.iterdir())
+    except OSError as exc:
+        raise FixtureError(f"{option} {target}: cannot read it ({exc.strerror or exc})") from None
+    if not entries:
+        return frozenset()
+    refuse = (f"{option} {target}: a non-empty directory that is not a {kind} fixture parity wrote")
+    if MANIFEST not in entries:
+        raise FixtureError(f"{refuse} (no {MANIFEST}); choose a new or empty directory")
+    try:
+        manifest = read_manifest(target / MANIFEST)
+    except FixtureError as exc:
+        raise FixtureError(f"{refuse} ({exc})") from None
+    found = fixture_kind(manifest)
+    if found != kind:
+        what = f"a {found} fixture" if found else "not made by `parity export`"
+        raise FixtureError(f"{refuse} (it is {what}); choose a new or empty directory"
+                           + (f", or pass --preset {found}" if found and found != "from-hf" else ""))
+    listed = {MANIFEST, *(n for n in (manifest.get("sha256") or {}) if isinstance(n, str))}
+    extra = [e for e in entries if e not in listed]
+    if extra:
+        raise FixtureError(f"{option} {target}: holds {extra[0]!r}, which is not a file of the fixture; parity "
+                           "never deletes what it did not write: move it away first")
+    for name in entries:
+        if not (target / name).is_file() or (target / name).is_symlink():
+            raise FixtureError(f"{option} {target}: {name!r} is not a regular file; parity replaces only the "
+                               "files it wrote")
+    return frozenset(entries)
+
+
+__all__ = ["ONNX_FILES", "Golden", "default_tolerances", "fixture_kind", "owned_entries", "seal_manifest",
+           "write_fixture_files"]

@@ -12,7 +12,6 @@ What this cannot stop is in docs/security.md: an in-process plugin can still cal
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +22,6 @@ from harness.errors import BackendFailed, BackendMisbehaved, BackendUnavailable,
 T = TypeVar("T")
 CORE_ERRORS: tuple[type[ParityError], ...] = (ParityError, FixtureError, BackendUnavailable, BackendFailed,
                                              BackendMisbehaved)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")  # what could break or fake a line
 _sigint_seen = False
 
 

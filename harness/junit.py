@@ -22,7 +22,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
-from harness.errors import ParityError
 from harness.results import Report
 from harness.sanitize import xml_text
 from harness.text import num_text
@@ -116,7 +115,7 @@ def sanitized(root: ET.Element) -> ET.Element:
 
 def write_junit(report: Report, path: Path) -> None:
     """Write the JUnit XML file."""
-    try:
-        ET.ElementTree(junit_element(report)).write(path, encoding="utf-8", xml_declaration=True)
-    except OSError as exc:
-        raise ParityError(f"{path}: cannot write the JUnit file ({exc.strerror or exc})") from None
+    from harness.safe_write import write_bytes_atomic
+
+    data = ET.tostring(junit_element(report), encoding="utf-8", xml_declaration=True)
+    write_bytes_atomic(path, data, "JUnit file")  # a temporary file renamed into place; one line if refused

@@ -12,7 +12,10 @@ other cases or taps, and two reports holding the same backend x precision (forwa
 
 from __future__ import annotations
 
+import json
 import math
+import types
+import typing
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harness.budget import GOLDEN_FP32, BudgetRow
 from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
 from harness.guard import one_line
+from harness.input_files import MAX_REPORT_BYTES, InputFileError, read_input_bytes
 from harness.report import SCHEMA_VERSION, report_json
 from harness.report_check import MergeError, check_report, check_types
 from harness.results import BackendRun, Report
@@ -38,11 +42,67 @@ def _build(cls: type[T], row: Any, path: Path, what: str, **extra: Any) -> T:
     """A report dataclass from a JSON object: known fields only (later additions to schema 1 are ignored)."""
     if not isinstance(row, dict):
         raise MergeError(f"{path}: malformed report: an entry of {what!r} is not an object")
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    hints = _hints(cls)
+    known = {k: v for k, v in row.items() if k in hints}
+    for key, value in known.items():
+        if not _conforms(value, hints[key]):
+            raise MergeError(f"{path}: malformed report: {what}.{key} is {_show(value)}, "
+                             f"expected {_type_name(hints[key])}")
+    # JSON writes an infinite error as null (harness/report.py): a plain float field that is null was infinite.
+    known.update({k: math.inf for k, v in known.items() if v is None and hints[k] is float})
     try:
-        return cls(**{k: v for k, v in row.items() if k in names}, **extra)
+        return cls(**known, **extra)
     except TypeError as exc:
         raise MergeError(f"{path}: malformed report: an entry of {what!r} lacks a field ({exc})") from None
+
+
+def _hints(cls: Any) -> dict[str, Any]:
+    """A report dataclass's field annotations, evaluated (cached: the same few classes for every row)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = _field_hints(cls)
+    return _HINTS[cls]
+
+
+_HINTS: dict[Any, dict[str, Any]] = {}
+
+
+def _field_hints(cls: Any) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return {k: v for k, v in typing.get_type_hints(cls).items() if k in names}
+
+
+def _conforms(value: object, hint: Any) -> bool:
+    """Whether a JSON value fits a report field's annotation (a float may be null: an infinity in JSON)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return type(value) is bool
+    if hint is int:
+        return type(value) is int
+    if hint is float:
+        return value is None or type(value) in (int, float)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_conforms(k, args[0]) and _conforms(v, args[1])
+                                               for k, v in value.items())
+    return True  # a type not written to JSON by parity: not checked
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _restore_infinities(row: CheckResult | TapSummary | BudgetRow) -> None:
@@ -68,12 +128,10 @@ def _list(doc: dict[str, Any], key: str, path: Path) -> list[Any]:
 
 def read_report(path: Path) -> dict[str, Any]:
     """A parity JSON report, checked for its schema and version."""
-    try:
-        doc = loads_strict(path.read_text(encoding="utf-8"))  # no NaN, Infinity or repeated key can slip in
-    except FileNotFoundError:
-        raise MergeError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise MergeError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:  # a regular file under its cap (harness/input_files.py), then strict JSON: no NaN, Infinity or repeated key
+        doc = loads_strict(read_input_bytes(path, "report", MAX_REPORT_BYTES).decode("utf-8"))
+    except InputFileError as exc:
+        raise MergeError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise MergeError(f"{path}: not valid JSON (not UTF-8: {exc.reason})") from None
     except StrictJSONError as exc:
@@ -93,6 +151,11 @@ def read_report(path: Path) -> dict[str, Any]:
     if not isinstance(doc.get("fixture_id"), str) or not doc["fixture_id"]:
         raise MergeError(f"{path}: the report has no fixture_id (written by an older parity): cannot tell "
                          "which fixture it is about")
+    top: dict[str, Any] = {"fixture": str, "tolerances": dict[str, Any], "tolerances_loose": list[str],
+                           "manifest_sha256": str}  # the lists are checked where they are read (`_list`)
+    for key, hint in top.items():
+        if key in doc and not _conforms(doc[key], hint):
+            raise MergeError(f"{path}: malformed report: {key} is {_show(doc[key])}, expected {_type_name(hint)}")
     return doc
 
 
@@ -193,6 +256,8 @@ def _read_decoding(path: Path, dec: dict[str, Any]) -> DecodingReport:
     """One report's decoding section (harness/decode_check.py) as a DecodingReport."""
     from harness.decode_check import DecodeRun, DecodingReport, GreedyCheck
 
+    _check_decoding_header(path, dec)
+
     out = DecodingReport(available=dec.get("available") is True)
     if out.available:
         out.steps = int(dec.get("steps", 0))
@@ -234,3 +299,13 @@ def _merge_decoding(parts: list[DecodingReport]) -> DecodingReport | None:
     decoded = {run.backend for run in merged.runs}
     merged.not_supported = [n for n in merged.not_supported if n not in decoded]
     return merged
+
+
+def _check_decoding_header(path: Path, dec: dict[str, Any]) -> None:
+    """The decoding section's own fields, typed, before they are read (one line naming the field)."""
+    expected: dict[str, Any] = {"available": bool, "steps": int, "prompts": list[str], "taps": list[str],
+                                "vocab": list[str], "sequences": dict[str, list[int]], "not_supported": list[str]}
+    for key, hint in expected.items():
+        if key in dec and not _conforms(dec[key], hint):
+            raise MergeError(f"{path}: malformed report: decoding.{key} is {_show(dec[key])}, "
+                             f"expected {_type_name(hint)}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -133,8 +132,9 @@ def export_program(
     last lines are in the error when it fails."""
     import torch
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    from harness.safe_write import write_atomic_with
+
+    def write(tmp: Path) -> None:
         with _quiet() as log, torch.no_grad():
             try:
                 program = torch.onnx.export(
@@ -148,9 +148,8 @@ def export_program(
                 tail = log.getvalue().strip().splitlines()[-5:]
                 raise RuntimeError(f"ONNX export of {path} failed: {exc}\n" + "\n".join(tail)) from exc
         check(load_onnx(tmp), path)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    write_atomic_with(path, write, "ONNX graph")
 
 
 @dataclass(frozen=True)

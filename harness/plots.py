@@ -60,15 +60,15 @@ def _check_path(path: Path) -> None:
 
 
 def _save(fig: Any, path: Path) -> None:
-    """Write the picture; first every text in it (titles, legends, cells) made safe (harness/sanitize.py)."""
+    """Write the picture, to a temporary file renamed into place (harness/safe_write.py); first every text in it
+    (titles, legends, cells) made safe (harness/sanitize.py)."""
     from matplotlib.text import Text
+
+    from harness.safe_write import write_atomic_with
 
     for text in fig.findobj(Text):
         text.set_text(safe_text(text.get_text()))
-    try:
-        fig.savefig(path, dpi=DPI, format=path.suffix.lower().lstrip("."))
-    except OSError as exc:
-        raise ParityError(f"{path}: cannot write the picture ({exc.strerror or exc})") from None
+    write_atomic_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix.lower().lstrip(".")), "picture")
 
 
 def ladder_floor(values: list[float]) -> float:

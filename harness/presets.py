@@ -110,26 +110,35 @@ def write_scaled_fixture(root: Path, config: GPTConfig, weights: dict[str, np.nd
                          vocab: Sequence[str], provenance: Mapping[str, Any], progress: Progress,
                          with_onnx: bool = True) -> None:
     """Goldens of both tiers (probs and the lens on the last LENS_ROWS positions), scaled tolerances,
-    the ONNX graphs, hashed and sealed by the one fixture writer."""
+    the ONNX graphs, hashed and sealed by the one fixture writer: built beside `root`, checked, and
+    swapped in (harness/safe_write.py). `root` must be new or empty (or a fixture of the same kind
+    holding only its own files): checked before the work."""
     import torch
 
-    from harness.fixture_writer import write_fixture_files
+    from harness.fixture import load_fixture
+    from harness.fixture_writer import fixture_kind, owned_entries, write_fixture_files
+    from harness.safe_write import replace_directory, staging_directory
     from reference.run import reference_taps
 
+    kind = fixture_kind({"provenance": provenance}) or "scaled"
+    owned_entries(root, kind)
     rows = lens_tap_rows(config)
     goldens: dict[Precision, Any] = {}
     for precision in PRECISIONS:
         lengths = ", ".join(str(len(c.tokens)) for c in cases)
         progress(f"golden {precision} taps for {len(cases)} cases (lengths {lengths})")
         goldens[precision] = reference_taps(weights, config, cases, precision, lens_rows=LENS_ROWS)
-    write_fixture_files(
-        root, config=config, vocab=vocab, cases=cases, weights=weights, golden=goldens, onnx=with_onnx,
-        provenance={"torch": torch.__version__.split("+")[0], **provenance,
-                    "tolerances": f"per tap: atol = c * eps * M_tap, c = {SCALED_C['fp32']:g} (fp32), "
-                                  f"{SCALED_C['fp64']:g} (fp64); docs/tolerances.md"},
-        tolerances=scaled_tolerances(goldens, tap_names(config.n_layer)), tap_rows=rows, lens_rows=LENS_ROWS,
-        progress=progress,
-    )
+    with staging_directory(root) as staging:
+        write_fixture_files(
+            staging, config=config, vocab=vocab, cases=cases, weights=weights, golden=goldens, onnx=with_onnx,
+            provenance={"torch": torch.__version__.split("+")[0], **provenance,
+                        "tolerances": f"per tap: atol = c * eps * M_tap, c = {SCALED_C['fp32']:g} (fp32), "
+                                      f"{SCALED_C['fp64']:g} (fp64); docs/tolerances.md"},
+            tolerances=scaled_tolerances(goldens, tap_names(config.n_layer)), tap_rows=rows, lens_rows=LENS_ROWS,
+            progress=progress,
+        )
+        load_fixture(staging)  # validate what was written before putting it in place
+        replace_directory(staging, root, owned_entries(root, kind))
 
 
 def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, progress: Progress = print,

@@ -433,4 +433,6 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
 
 
 def write_json(result: SelftestResult, path: Path) -> None:
-    path.write_text(json.dumps(result.to_json(), indent=1) + "\n", encoding="utf-8")
+    from harness.safe_write import write_text_atomic
+
+    write_text_atomic(path, json.dumps(result.to_json(), indent=1) + "\n", "selftest JSON")

@@ -25,7 +25,6 @@ below the toy's defaults. The table is kept in the manifest (`provenance.error_b
 from __future__ import annotations
 
 import math
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -156,18 +155,21 @@ def stress_tolerances(budget: Mapping[str, Mapping[str, float]]) -> dict[str, An
 
 
 def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, progress: Progress = print) -> None:
-    """Build the stress fixture from the toy at `toy_root` and write it to `root` (atomically)."""
+    """Build the stress fixture from the toy at `toy_root` and write it to `root` (atomically: built beside
+    it, checked, swapped in). `root` must be new, empty, or a stress fixture holding only its own files."""
     import torch
 
-    from harness.fixture_writer import write_fixture_files
+    from harness.fixture_writer import owned_entries, write_fixture_files
     from harness.mp_truth import DIGITS, truth_taps
     from harness.platforms import current_platform
+    from harness.safe_write import replace_directory, staging_directory
     from reference.run import reference_taps
 
     def say(message: str) -> None:
         progress(f"parity export --preset {PRESET}: {message}")
 
     start = time.perf_counter()
+    owned_entries(root, PRESET)  # refused before the work, not after
     toy = load_fixture(toy_root)
     config = toy.config
     weights = stress_weights(toy.weights(), config)
@@ -181,8 +183,7 @@ def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, pro
     # Rounded to 3 digits as recorded in the manifest; the tolerances are derived from the recorded numbers.
     budget = {tap: {k: float(f"{v:.3g}") for k, v in row.items()}
               for tap, row in error_budget(cases, toy.tap_names, golden, truth).items()}
-    with tempfile.TemporaryDirectory(dir=root.parent if root.parent.exists() else None) as tmp:
-        staging = Path(tmp) / "fixture"
+    with staging_directory(root) as staging:
         write_fixture_files(
             staging, config=config, vocab=toy.vocab, cases=cases, weights=weights, golden=golden,
             onnx=with_onnx, tolerances=stress_tolerances(budget),
@@ -203,11 +204,7 @@ def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, pro
             progress=say,
         )
         load_fixture(staging)  # validate what was written before replacing anything
-        if root.exists():
-            shutil.rmtree(root)
-        shutil.copytree(staging, root)
-    for path in root.iterdir():
-        path.chmod(0o644)
+        replace_directory(staging, root, owned_entries(root, PRESET))
     say(f"wrote {root} in {time.perf_counter() - start:.1f} s")
 
 

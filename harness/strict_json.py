@@ -12,7 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-MAX_BYTES = 16 * 1024 * 1024  # a manifest is a few kB; a GPT-2-size one well under 1 MB
+from harness.input_files import MAX_MANIFEST_BYTES, read_input_bytes
+
+MAX_BYTES = MAX_MANIFEST_BYTES  # the default cap of `load_strict` (every cap: harness/input_files.py)
 MAX_DEPTH = 64  # the manifest nests 4 levels deep
 
 
@@ -77,13 +79,15 @@ def loads_strict(text: str) -> Any:
         raise StrictJSONError(f"not valid JSON ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})") from None
 
 
-def load_strict(path: Path) -> Any:
-    """Read and parse a JSON file strictly; StrictJSONError naming what is wrong (not the path)."""
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise StrictJSONError(f"{size} bytes, more than the {MAX_BYTES} a manifest may have")
+def load_strict(path: Path, what: str = "manifest", max_bytes: int = MAX_BYTES) -> Any:
+    """Read and parse a JSON file strictly; StrictJSONError naming what is wrong (not the path).
+
+    The file must be a regular file of at most `max_bytes` (checked with `os.stat` before anything
+    is read): an InputFileError (naming the path) otherwise.
+    """
+    data = read_input_bytes(path, what, max_bytes)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StrictJSONError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     return loads_strict(text)

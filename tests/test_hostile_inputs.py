@@ -134,7 +134,7 @@ SCHEMA: list[tuple[str, Breaker, tuple[str, ...]]] = [
      ('cases[0].name: "a/b" must be a plain name',)),
     ("schema-not-utf8", lambda r: (r / "manifest.json").write_bytes(b'{"format": "\xff"}'), ("not UTF-8",)),
     ("schema-too-big", lambda r: (r / "manifest.json").write_text(" " * (17 * 1024 * 1024) + "{}"),
-     ("more than the 16777216 a manifest may have",)),
+     ("more than the 4194304 a manifest may have",)),
 ]
 
 
