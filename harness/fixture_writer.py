@@ -127,7 +127,8 @@ def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tole
     """Re-seal `root`/manifest.json after a reviewed edit; returns the new seal (hex sha256).
 
     The manifest must still be strict JSON and pass every check of `load_fixture` (schema, ceilings,
-    file hashes), or nothing is changed and FixtureError says why. `rehash_files` first rewrites the
+    file hashes) and the goldens' (`validate_golden`: the per-tap override ceilings), or nothing is
+    changed and FixtureError says why. `rehash_files` first rewrites the
     sha256 of every listed file: for a data file changed on purpose.
     """
     root = Path(root)
@@ -139,7 +140,9 @@ def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tole
     manifest[SEAL_KEY] = manifest_digest(manifest)
     path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     try:
-        load_fixture(root, allow_loose_tolerances=allow_loose_tolerances)
+        fixture = load_fixture(root, allow_loose_tolerances=allow_loose_tolerances)
+        for precision in PRECISIONS:  # the per-tap override ceilings need the goldens' magnitudes
+            fixture.validate_golden(precision)
     except BaseException:
         path.write_bytes(before)  # a manifest that does not load is not sealed
         raise

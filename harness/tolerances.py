@@ -105,8 +105,8 @@ def override_problems(
     if atol > limit:
         why = f"{c.atol:g} x max(1, largest golden magnitude up to this tap {magnitude:.3g})"
         if bounds is not None and limit < c.atol * max(1.0, magnitude):
-            why += (f", counted up to {BOUNDED_SPAN:g} x the width of the tap's own range "
-                    f"[{bounds[0]:.3g}, {bounds[1]:.3g}]")
+            why = (f"a tap in the range [{bounds[0]:.3g}, {bounds[1]:.3g}]: {c.atol:g} x {BOUNDED_SPAN:g} x its width, "
+                   f"not x the magnitude {magnitude:.3g} carried from upstream")
         out.append(f"{where}.atol {atol:g} is above the ceiling {limit:.3g} ({why})")
     if rtol > c.rtol:
         out.append(f"{where}.rtol {rtol:g} is above the ceiling {c.rtol:g}")
