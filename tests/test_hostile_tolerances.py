@@ -131,7 +131,8 @@ def stress_copy(tmp_path: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("tap", ["probs", "blocks.1.attn.hook_pattern"])
+@pytest.mark.parametrize("tap", ["probs", "blocks.1.attn.hook_pattern"],
+                         ids=["tol-uniform-probs-override-resealed", "tol-uniform-pattern-override-resealed"])
 def test_tol_uniform_passing_override_is_refused_by_seal_and_run_and_loose_with_the_flag(
     stress_copy: Path, tmp_path: Path, tap: str
 ) -> None:
@@ -178,8 +179,11 @@ def add_rows(root: Path, rows: int) -> None:
     rehash(root)
 
 
+RowsRuns = tuple[Path, Path, subprocess.CompletedProcess[str]]  # the toy's report, the rows copy's, its run
+
+
 @pytest.fixture(scope="module")
-def rows_reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, subprocess.CompletedProcess[str]]]:
+def rows_reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RowsRuns]:
     """The toy and a copy with rows 1 on every tap, each run with numpy (JSON report)."""
     tmp = tmp_path_factory.mktemp("rows")
     root = tmp / "toy"
@@ -193,14 +197,14 @@ def rows_reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     yield reports[0], reports[1], proc
 
 
-def test_rows_are_on_the_tolerances_line(rows_reports: tuple[Path, Path, subprocess.CompletedProcess[str]]) -> None:
+def test_rows_are_on_the_tolerances_line(rows_reports: RowsRuns) -> None:
     line = rows_reports[2].stdout.splitlines()[-2]
     assert line.startswith("tolerances: fp32 atol 1e-05, rtol 1e-05; fp64 atol 1e-12; "
                            "rows: last 1 position of 43 taps (hook_embed .. logit_lens.2); manifest_sha256 "), line
 
 
-def test_rows_are_in_the_pinned_tolerance_summary(rows_reports: tuple[Path, Path, subprocess.CompletedProcess[str]]) -> None:
-    toy, rows, _ = (json.loads(p.read_text()) if isinstance(p, Path) else p for p in rows_reports)
+def test_rows_are_in_the_pinned_tolerance_summary(rows_reports: RowsRuns) -> None:
+    toy, rows = (json.loads(p.read_text()) for p in rows_reports[:2])
     assert toy["fixture_id"] == rows["fixture_id"]  # same weights, cases, config: the id cannot tell them apart
     names = load_fixture(FIXTURES["toy"]).tap_names
     for tier in PRECISIONS:
@@ -209,9 +213,8 @@ def test_rows_are_in_the_pinned_tolerance_summary(rows_reports: tuple[Path, Path
         assert {k: v for k, v in rows["tolerances"][tier].items() if k != "rows"} == toy["tolerances"][tier]
 
 
-def test_rows_merge_refuses_shards_judged_on_other_rows(
-    rows_reports: tuple[Path, Path, subprocess.CompletedProcess[str]], tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("case", ["rows-on-every-tap-merged-with-the-toy"])
+def test_rows_merge_refuses_shards_judged_on_other_rows(rows_reports: RowsRuns, case: str) -> None:
     toy, rows, _ = rows_reports
     proc = run_cli("merge", str(toy), str(rows))
     assert_exit_2_one_line(proc, str(rows), "judged with other tolerances")
