@@ -34,17 +34,17 @@ def bench_backends(fixture_dir: str, repeat: int) -> None:
     print(f"{'backend':<22} {'precision':<9} {'first (s)':>10} {'median (s)':>11} {'min (s)':>9}")
     for name in sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n)):
         backend = load_backend(name)
-        if backend.missing_dependencies():
-            print(f"{name:<22} skipped: needs {', '.join(backend.missing_dependencies())}")
+        if backend.missing():
+            print(f"{name:<22} skipped: needs {', '.join(backend.missing())}")
             continue
         for precision in backend.precisions:
             start = time.perf_counter()
-            backend.run(fixture, precision)  # the first run pays imports and process start-up
+            backend.outputs(fixture, precision)  # the first run pays imports and process start-up
             first = time.perf_counter() - start
             times = []
             for _ in range(repeat):
                 start = time.perf_counter()
-                backend.run(fixture, precision)
+                backend.outputs(fixture, precision)
                 times.append(time.perf_counter() - start)
             print(f"{name:<22} {precision:<9} {first:>10.3f} {statistics.median(times):>11.3f} {min(times):>9.3f}")
 

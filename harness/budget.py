@@ -121,17 +121,6 @@ class BudgetAccumulator:
                 for tap in self.tap_names]
 
 
-def budget_rows(
-    fixture: Fixture, backend: str, precision: str, output: dict[str, dict[str, np.ndarray]], supported: list[str]
-) -> list[BudgetRow]:
-    """Every tap of one backend run against the float64 golden, in dataflow order."""
-    acc = BudgetAccumulator(backend, precision, fixture.tap_names, supported)
-    for case in fixture.cases:
-        taps = {t: fixture.select_rows(t, case, a) for t, a in output[case.name].items()}
-        acc.add_case(case.name, taps, fixture.golden_case("fp64", case.name))
-    return acc.rows()
-
-
 def reference_rows(fixture: Fixture) -> list[BudgetRow]:
     """The fixture's PyTorch float32 golden against its float64 golden (the "golden.fp32" row), case by case."""
     acc = BudgetAccumulator(GOLDEN_FP32, "fp32", fixture.tap_names, fixture.tap_names)

@@ -10,16 +10,20 @@ and anything unexpected is one line and 2 (PARITY_DEBUG=1 shows the traceback in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from harness.backends.base import PRECISIONS, Backend, Precision
+from harness.backends.base import PRECISIONS, Precision
+from harness.backends.boundary import GuardedBackend
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK, BackendUnavailable, ParityError
 from harness.fixture import default_fixture_dir, load_fixture
 from harness.guard import describe_exception, one_line, sigint_handler
-from harness.registry import backend_entry_points, checked_missing_dependencies, load_backend
+from harness.registry import backend_entry_points, load_backend
 from harness.resources import stress_fixture_dir
 
 if TYPE_CHECKING:
@@ -44,19 +48,19 @@ def _precisions(text: str) -> list[Precision]:
     return list(PRECISIONS) if text == "all" else [cast(Precision, text)]
 
 
-def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
+def select_backends(names: list[str] | None) -> tuple[list[GuardedBackend], list[str]]:
     """Backends to run, and one line per registered backend skipped for missing dependencies.
 
     Asked for by name, a backend with missing dependencies is an error (exit 2) with the
     install hint; by default (every registered backend) it is skipped and reported.
     """
-    chosen: list[Backend] = []
+    chosen: list[GuardedBackend] = []
     skipped: list[str] = []
     # By default the reference runs first, then the others by name.
     default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
     for name in names if names is not None else default:
         backend = load_backend(name)
-        missing = checked_missing_dependencies(backend)
+        missing = backend.missing()
         if missing:
             hint = f"; install with: {backend.install_hint}" if backend.install_hint else ""
             msg = f"backend {name!r} needs {', '.join(missing)}, which is not available{hint}"
@@ -68,7 +72,7 @@ def select_backends(names: list[str] | None) -> tuple[list[Backend], list[str]]:
     return chosen, skipped
 
 
-def _nothing_to_compare(backends: list[Backend], precisions: list[Precision]) -> str | None:
+def _nothing_to_compare(backends: list[GuardedBackend], precisions: list[Precision]) -> str | None:
     """Why no backend computes in any requested precision, or None when something will be compared."""
     if not backends or any(p in b.precisions for b in backends for p in precisions):
         return None
@@ -77,11 +81,16 @@ def _nothing_to_compare(backends: list[Backend], precisions: list[Precision]) ->
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    names = _parse_backends(args.backends)
+    _check_report_paths(args)
+    with _unusable_json_on_error(args, "run"):
+        return _run(args, names)
+
+
+def _run(args: argparse.Namespace, names: list[str] | None) -> int:
     from harness.report import print_report, write_json
     from harness.runner import run_parity
 
-    names = _parse_backends(args.backends)
-    _check_report_paths(args)
     fixture = load_fixture(args.fixture, allow_loose_tolerances=args.allow_loose_tolerances)
     if args.plot:
         from harness.plots import check_plot_path, require_matplotlib
@@ -99,9 +108,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     fixture.weights()
     fixture.release_weights()  # checked; a GPT-2-sized copy is not kept while the backends run
     if args.save_outputs:
-        from harness.dump import check_writable
+        from harness.dump import check_dump_names, check_writable
 
-        check_writable(Path(args.save_outputs))  # before spending time on backends
+        # before spending time on backends: two backends whose dumps would overwrite each other, an unwritable DIR
+        check_dump_names([(b.name, p) for b in backends for p in _precisions(args.precision) if p in b.precisions])
+        check_writable(Path(args.save_outputs))
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"backends: {', '.join(b.name for b in backends) or 'none'}")
     for line in skipped:
@@ -113,14 +124,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                         budget=args.budget or args.json is not None)
     report.skipped = skipped
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
-    if args.json:
-        write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
     _refuse_nothing_compared(report)
     if args.save_outputs:
         from harness.dump import save_outputs
 
         save_outputs(report, fixture, Path(args.save_outputs))
+    if args.json:  # last: a run that fails before here (exit 2) leaves the unusable marker instead
+        write_json(report, Path(args.json))
     return report.exit_code
 
 
@@ -132,6 +143,28 @@ def _check_report_paths(args: argparse.Namespace) -> None:
                         "picture": getattr(args, "plot", None)})
 
 
+@contextmanager
+def _unusable_json_on_error(args: argparse.Namespace, command: str) -> Iterator[None]:
+    """Once the report paths are checked: an error (exit 2) or a Ctrl-C (130) leaves --json marked unusable.
+
+    The marker replaces whatever an earlier run left at that path, so `parity merge` cannot take a stale
+    report for this run's (harness/report.py, docs/reports.md).
+    """
+    try:
+        yield
+    except BaseException as exc:
+        if args.json:
+            from harness.report import write_unusable_json
+
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            error = ("interrupted" if interrupted else _message(exc) if isinstance(exc, ParityError)
+                     else f"internal error: {describe_exception(exc)}")
+            with contextlib.suppress(Exception):  # the error being raised is the one line to print
+                write_unusable_json(Path(args.json), command, error, 130 if interrupted else EXIT_BAD_INPUT,
+                                    str(getattr(args, "fixture", "") or ""))
+        raise
+
+
 def _refuse_nothing_compared(report: Report) -> None:
     if report.exit_code == EXIT_BAD_INPUT:
         raise ParityError("nothing was compared: every tap of every backend run was 'not supported'")
@@ -139,10 +172,15 @@ def _refuse_nothing_compared(report: Report) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Judge dumps (docs/dump-format.md) against the fixture's goldens, with `parity run`'s report and exit codes."""
+    _check_report_paths(args)
+    with _unusable_json_on_error(args, "compare"):
+        return _compare(args)
+
+
+def _compare(args: argparse.Namespace) -> int:
     from harness.dump import compare_dumps
     from harness.report import print_report, write_json
 
-    _check_report_paths(args)
     fixture = load_fixture(args.fixture)
     if args.plot:
         from harness.plots import check_plot_path, require_matplotlib
@@ -158,19 +196,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"dumps: {dumps}")
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
-    if args.json:
-        write_json(report, Path(args.json))
     _write_extra_reports(args, report, fixture)
     _refuse_nothing_compared(report)
+    if args.json:  # last, as for `parity run`
+        write_json(report, Path(args.json))
     return report.exit_code
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge the JSON reports of sharded runs into one report, verdict and exit code."""
+    _check_report_paths(args)
+    with _unusable_json_on_error(args, "merge"):
+        return _merge(args)
+
+
+def _merge(args: argparse.Namespace) -> int:
     from harness.merge import merge_reports
     from harness.report import print_report, write_json
 
-    _check_report_paths(args)
     report = merge_reports([Path(p) for p in args.reports])
     backends = ", ".join(dict.fromkeys(run.backend for run in report.runs))
     print(f"parity: merged {len(args.reports)} reports of fixture {report.fixture} ({report.fixture_id[:19]}...); "
@@ -178,10 +221,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for line in report.skipped:
         print(f"parity: skipped: {line}")
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
-    if args.json:
-        write_json(report, Path(args.json))
     _write_extra_reports(args, report, None)  # no --plot: a picture needs the fixture (compare the dumps)
     _refuse_nothing_compared(report)
+    if args.json:  # last, as for `parity run`
+        write_json(report, Path(args.json))
     return report.exit_code
 
 
@@ -232,7 +275,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for name in backend_entry_points():
         try:
             backend = load_backend(name)
-            missing = checked_missing_dependencies(backend)
+            missing = backend.missing()
         except ParityError as exc:
             rows.append((name, "-", f"broken: {one_line(str(exc))}"))
             broken.append(name)

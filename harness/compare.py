@@ -1,4 +1,9 @@
-"""Compare two tensors, and fold per-case results into per-tap verdicts and first divergences.
+"""The one judge: compare two tensors, and fold the results into per-tap verdicts and first divergences.
+
+Every check parity makes is a `CheckResult`, made by `judge_tensor`: a forward tap of a case (live
+or read from a dump) and a decoding step of a prompt (`step` set, the prompt in `case`) alike. Every
+set of results is folded by `fold` into `TapSummary` rows and `FirstDivergence`s, in one order: the
+step (0 for a forward tap), then the tap's place in dataflow order.
 
 The rules (docs/spec.md, section 3):
 - shape and dtype must match exactly; a mismatch fails, with both in the message;
@@ -106,7 +111,7 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, atol: float, rtol:
 
 @dataclass
 class CheckResult:
-    """One backend x precision x golden tier x case x tap."""
+    """One backend x precision x golden tier x case x tap (x decoding step)."""
 
     backend: str
     precision: str  # what the backend computed in: "fp32" or "fp64"
@@ -125,14 +130,26 @@ class CheckResult:
     expected: float | None = None
     message: str = ""
     n_bad: int = 0  # cells that break tolerance
+    step: int | None = None  # the decoding step (0: the prefill), `case` then names the prompt; None: forward
 
 
-def check_result(
-    backend: str, precision: str, golden: str, case: str, tap: str, cmp: TensorComparison, atol: float, rtol: float
+def judge_tensor(
+    backend: str, precision: str, golden: str, case: str, tap: str, actual: np.ndarray | None,
+    expected: np.ndarray, atol: float, rtol: float, step: int | None = None,
 ) -> CheckResult:
+    """The one check: `actual` (None: declared but not returned, a failure) against `expected` at (atol, rtol).
+
+    A float64 result judged against the float32 golden is compared in float64 (the golden upcast).
+    """
+    if actual is None:
+        return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, step=step,
+                           message="missing: the backend declares this tap but did not return it")
+    if golden != precision:
+        expected = expected.astype(np.float64)
+    cmp = compare_tensors(actual, expected, atol, rtol)
     return CheckResult(
         backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
-        cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad,
+        cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad, step,
     )
 
 
@@ -155,6 +172,7 @@ class TapSummary:
     min_atol: float | None = None
     worst_case: str | None = None
     message: str = ""
+    worst_step: int | None = None  # a decoding tap: the step of its worst check
 
 
 def summarize_tap(results: list[CheckResult]) -> TapSummary:
@@ -173,7 +191,7 @@ def summarize_tap(results: list[CheckResult]) -> TapSummary:
     summary.max_abs = max((r.max_abs for r in results if r.max_abs is not None), default=None)
     summary.max_rel = max((r.max_rel for r in results if r.max_rel is not None), default=None)
     summary.min_atol = max((r.min_atol for r in results if r.min_atol is not None), default=None)
-    summary.worst_case = worst.case
+    summary.worst_case, summary.worst_step = worst.case, worst.step
     summary.message = worst.message
     if any(r.max_abs is None for r in failed):  # a missing tap has no error to report: say "-", not 0
         summary.max_abs = summary.max_rel = summary.min_atol = None
@@ -204,30 +222,59 @@ class FirstDivergence:
     previous_tap: str | None = None  # the tap just before it in dataflow order that was compared
     previous_max_abs: float | None = None  # that tap's worst error over cases
     rtol: float = 0.0  # the tier's rtol for that tap (a cell passes when |diff| <= atol + rtol * |expected|)
+    step: int | None = None  # decoding: the earliest failing step (then `upstream_*` cover every check before it)
+    margin: float | None = None  # decoding: the golden's top-2 logit margin at that step
 
 
 def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstDivergence | None:
-    """The first diverging tap of one backend x precision x golden tier, or None if all agree."""
+    """The first diverging (step,) tap of one backend x precision x golden tier, or None if all agree.
+
+    Checks are ordered by step (0 for a forward tap), then by the tap's place in `tap_order`; at the first
+    failing place, the case (or prompt) with the largest error is reported.
+    """
     order = {t: i for i, t in enumerate(tap_order)}
+
+    def place(r: CheckResult) -> tuple[int, int]:
+        return (r.step or 0, order[r.tap])
+
     failing = [r for r in results if r.status == FAIL]
     if not failing:
         return None
     by_case: dict[str, str] = {}
-    for r in sorted(failing, key=lambda r: order[r.tap]):
-        by_case.setdefault(r.case, r.tap)
-    tap = min((r.tap for r in failing), key=lambda t: order[t])
-    at_tap = [r for r in failing if r.tap == tap]
-    worst = max(at_tap, key=lambda r: r.max_abs if r.max_abs is not None else math.inf)
-    upstream = [r for r in results if r.status != NOT_SUPPORTED and order[r.tap] < order[tap]]
+    for r in sorted(failing, key=place):
+        by_case.setdefault(r.case, r.tap if r.step is None else f"step{r.step}/{r.tap}")
+    first = min(place(r) for r in failing)
+    worst = max((r for r in failing if place(r) == first),
+                key=lambda r: r.max_abs if r.max_abs is not None else math.inf)
+    upstream = [r for r in results if r.status != NOT_SUPPORTED and place(r) < first]
     upstream_max = max((r.max_abs for r in upstream if r.max_abs is not None), default=0.0)
-    previous = max((r.tap for r in upstream), key=lambda t: order[t], default=None)
-    previous_max = max((r.max_abs for r in upstream if r.tap == previous and r.max_abs is not None), default=None)
+    previous = max((place(r) for r in upstream), default=None)
+    previous_tap = tap_order[previous[1]] if previous is not None else None
+    previous_max = max((r.max_abs for r in upstream if place(r) == previous and r.max_abs is not None), default=None)
     return FirstDivergence(
-        worst.backend, worst.precision, worst.golden, tap, worst.case, worst.index, worst.actual, worst.expected,
-        worst.max_abs, worst.atol, worst.message, len({r.tap for r in upstream}), upstream_max,
-        dict(sorted(by_case.items())), worst.n_bad, previous_tap=previous, previous_max_abs=previous_max,
-        rtol=worst.rtol,
+        worst.backend, worst.precision, worst.golden, worst.tap, worst.case, worst.index, worst.actual,
+        worst.expected, worst.max_abs, worst.atol, worst.message, len({place(r) for r in upstream}), upstream_max,
+        dict(sorted(by_case.items())), worst.n_bad, previous_tap=previous_tap, previous_max_abs=previous_max,
+        rtol=worst.rtol, step=worst.step,
     )
+
+
+def fold(results: list[CheckResult], tap_order: list[str]) -> tuple[list[TapSummary], list[FirstDivergence]]:
+    """Per-tap summaries (worst over cases and steps) and first divergences, per backend x precision x golden."""
+    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
+    for r in results:
+        groups.setdefault((r.backend, r.precision, r.golden), []).append(r)
+    summaries: list[TapSummary] = []
+    divergences: list[FirstDivergence] = []
+    for group in groups.values():
+        for tap in tap_order:
+            at_tap = [r for r in group if r.tap == tap]
+            if at_tap:
+                summaries.append(summarize_tap(at_tap))
+        div = first_divergence(group, tap_order)
+        if div is not None:
+            divergences.append(div)
+    return summaries, divergences
 
 
 def axis_names(template: list[int | str], n_head: int | None = None) -> list[str]:

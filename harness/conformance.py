@@ -3,14 +3,20 @@
 `check_backend(backend, fixture)` runs a backend on small fixtures derived from `fixture` (same
 config and weights, new cases) and returns one `ConformanceResult` per check:
 
-- its name is usable and its precisions are a non-empty subset of ("fp32", "fp64");
+- its declarations hold (name, precisions a non-empty subset of ("fp32", "fp64"), requires, ...);
 - its dependencies are present (otherwise nothing else can run);
 - `supported_taps` is a non-empty subset of the manifest's taps, in dataflow order, no repeats;
 - in every declared precision, for T = 1 and T = n_ctx (one single-case fixture each): it runs,
   returns exactly its declared taps for exactly the fixture's cases, with the manifest's shapes,
   the precision's dtype, and no NaN;
 - on bad input (a token id out of range, a truncated weights file, a weights file missing a
-  tensor) it raises a `ParityError`: not another exception, and never numbers.
+  tensor) it raises a `ParityError`: not another exception, and never numbers;
+- when it says it decodes the fixture (`supports_decoding`): in every precision, a one-token prompt
+  decoding its own greedy tokens and a longer prompt fed to the end of the context, each step's cache
+  and logits with their shapes, the precision's dtype, and no NaN.
+
+Every call goes through the same boundary as `parity run` (harness/backends/boundary.py), which holds
+the contract's rules; a check fails with the line the run would stop with.
 
 The numbers themselves are not compared here: that is `parity run`. The golden files of the
 derived fixtures are written by the NumPy backend's forward pass, only so that they are complete;
@@ -21,23 +27,25 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
-from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
-from harness.errors import ParityError
+from harness.backends.base import PRECISIONS, Backend, Precision
+from harness.backends.boundary import GuardedBackend, decode_output_problems, guarded, output_problems
+from harness.decoding import DecodeRequest
+from harness.errors import BackendMisbehaved, ParityError
 from harness.fixture import MANIFEST, Case, Fixture, load_fixture
 from harness.fixture_writer import seal_manifest, write_fixture_files
-from harness.guard import describe_exception, reraise_if_interrupt
+from harness.guard import one_line
 from harness.manifest import SEAL_KEY, manifest_digest
 from harness.onnx_graph import GRAPHS
 from harness.precision import DTYPES
-from harness.registry import checked_missing_dependencies
-from reference.taps import tap_shape
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,66 +90,27 @@ def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case]) -> Fixt
 # -- the checks ---------------------------------------------------------------------------------
 
 
-def _check_output(
-    out: Any, fixture: Fixture, taps: Sequence[str], precision: Precision
-) -> list[tuple[str, str]]:
-    """(check suffix, problem or "") for one run's output: taps, shapes and dtype, NaN."""
-    dtype = np.dtype(DTYPES[precision])
-    if not isinstance(out, dict) or set(out) != {c.name for c in fixture.cases}:
-        got = sorted(out) if isinstance(out, dict) else type(out).__name__
-        problem = f"expected cases {[c.name for c in fixture.cases]}, got {got}"
-        return [
-            ("returns exactly its declared taps", problem),
-            (f"shapes and dtype {dtype}", "not checked"),
-            ("no NaN", "not checked"),
-        ]
-    tap_problem = shape_problem = nan_problem = ""
-    for case in fixture.cases:
-        got_taps = out[case.name]
-        if not isinstance(got_taps, dict):
-            tap_problem = tap_problem or f"case {case.name!r}: {type(got_taps).__name__}, expected a dict"
-            continue
-        missing = [t for t in taps if t not in got_taps]
-        extra = [t for t in got_taps if t not in taps]
-        if (missing or extra) and not tap_problem:
-            tap_problem = f"case {case.name!r}: missing {missing[:3]}, undeclared {extra[:3]}"
-        for tap in taps:
-            arr = got_taps.get(tap)
-            if arr is None:
-                continue
-            if not isinstance(arr, np.ndarray):
-                shape_problem = (
-                    shape_problem or f"{case.name}/{tap}: {type(arr).__name__}, expected numpy.ndarray"
-                )
-                continue
-            want = tap_shape(fixture.config, tap, len(case.tokens))
-            if (arr.shape != want or arr.dtype != dtype) and not shape_problem:
-                shape_problem = (
-                    f"{case.name}/{tap}: {arr.dtype}{list(arr.shape)}, expected {dtype}{list(want)}"
-                )
-            if arr.dtype.kind == "f" and np.isnan(arr).any() and not nan_problem:
-                nan_problem = f"{case.name}/{tap} holds NaN"
-    return [
-        ("returns exactly its declared taps", tap_problem),
-        (f"shapes and dtype {dtype}", shape_problem),
-        ("no NaN", nan_problem),
-    ]
-
-
-def _expect_parity_error(backend: Backend, fixture: Fixture, precision: Precision) -> str:
-    """An empty string when `run` raises a ParityError, else what happened instead."""
+def _guarded_check(name: str, fn: Callable[[], T]) -> tuple[ConformanceResult, T | None]:
+    """Run one call through the boundary: a passed check and its value, or a failed one with the line it gave."""
     try:
-        backend.run(fixture, precision)
+        return ConformanceResult(name, True), fn()
+    except ParityError as exc:
+        return ConformanceResult(name, False, one_line(str(exc))), None
+
+
+def _expect_parity_error(backend: GuardedBackend, fixture: Fixture, precision: Precision) -> str:
+    """An empty string when the backend raises a ParityError of its own on this bad input, else what happened."""
+    try:
+        backend.outputs(fixture, precision)
+    except BackendMisbehaved as exc:  # a crash (not a ParityError), or a result that breaks the contract
+        return one_line(str(exc)) + " (expected a ParityError)"
     except ParityError:
         return ""
-    except BaseException as exc:  # the point of the check: any other exception (SystemExit too) is a failure
-        reraise_if_interrupt(exc)
-        return f"raised {describe_exception(exc)} (expected a ParityError)"
     return "returned numbers instead of raising a ParityError"
 
 
 def _bad_input_checks(
-    backend: Backend, parent: Fixture, work: Path, precision: Precision
+    backend: GuardedBackend, parent: Fixture, work: Path, precision: Precision
 ) -> list[ConformanceResult]:
     config = parent.config
     results: list[ConformanceResult] = []
@@ -182,65 +151,66 @@ def _bad_input_checks(
     return results
 
 
-def _declaration_checks(backend: Backend) -> list[ConformanceResult]:
-    name = backend.name
-    name_ok = isinstance(name, str) and bool(name) and not any(c in name for c in ", \t\n")
-    declared = tuple(backend.precisions) if isinstance(backend.precisions, Iterable) else ()
-    prec_ok = bool(declared) and len(set(declared)) == len(declared) and set(declared) <= set(PRECISIONS)
-    return [
-        ConformanceResult(
-            "has a name (non-empty, no comma or space)", name_ok, "" if name_ok else repr(name)
-        ),
-        ConformanceResult(
-            "declares precisions, a non-empty subset of ('fp32', 'fp64')", prec_ok, repr(declared)
-        ),
+_OUTPUT_CHECKS = (("taps", "returns exactly its declared taps"), ("shapes", "shapes and dtype {dtype}"),
+                  ("nan", "no NaN"))
+
+
+def _output_results(label: str, problems: dict[str, str], precision: Precision) -> list[ConformanceResult]:
+    dtype = np.dtype(DTYPES[precision])
+    return [ConformanceResult(f"{label}: {what.format(dtype=dtype)}", not problems[key], problems[key])
+            for key, what in _OUTPUT_CHECKS]
+
+
+def _decoding_checks(backend: GuardedBackend, fixture: Fixture) -> list[ConformanceResult]:
+    """Decoding, when the backend says it decodes `fixture`: two requests (a one-token prompt left to its own
+    greedy tokens, and a longer prompt fed given tokens to the end of the context), in every precision."""
+    supports, decodes = _guarded_check("supports_decoding returns a bool", lambda: backend.decodes(fixture))
+    if not supports.passed or not decodes:
+        return [supports] if not supports.passed else [
+            ConformanceResult("decoding", True, "not supported (supports_decoding is False): not checked")]
+    config = fixture.config
+    long_prompt = tuple(i % config.vocab_size for i in range(max(1, config.n_ctx - 2)))
+    requests = [
+        DecodeRequest("single", (config.vocab_size - 1,), 1, None),
+        DecodeRequest("to_the_end", long_prompt, config.n_ctx - len(long_prompt),
+                      tuple((i + 1) % config.vocab_size for i in range(config.n_ctx - len(long_prompt)))),
     ]
+    results: list[ConformanceResult] = [supports]
+    for precision in backend.precisions:
+        label = f"{precision} decoding"
+        ran, out = _guarded_check(f"{label}: runs and returns a dict of arrays by prompt",
+                                  lambda p=precision: backend.decoded(fixture, p, requests))  # type: ignore[misc]
+        results.append(ran)
+        if out is not None:
+            results += _output_results(label, decode_output_problems(fixture, out, requests, precision), precision)
+    return results
 
 
-def _tap_checks(backend: Backend, fixture: Fixture) -> tuple[list[ConformanceResult], list[str] | None]:
-    try:
-        taps = backend.supported_taps(fixture)
-    except BaseException as exc:  # a contract check reports, it does not crash
-        reraise_if_interrupt(exc)
-        return [ConformanceResult("supported_taps runs", False, describe_exception(exc))], None
-    if not isinstance(taps, list) or not all(isinstance(t, str) for t in taps):
-        return [ConformanceResult("supported_taps returns a list of tap names", False, repr(taps)[:80])], None
-    unknown = [t for t in taps if t not in fixture.tap_names]
-    in_order = [t for t in fixture.tap_names if t in taps] == taps
-    problem = ""
-    if not taps:
-        problem = "empty"
-    elif unknown:
-        problem = f"unknown taps {unknown[:3]}"
-    elif len(set(taps)) != len(taps):
-        problem = "repeated taps"
-    elif not in_order:
-        problem = "not in dataflow order (the manifest's order)"
-    detail = problem or f"{len(taps)} of {len(fixture.tap_names)} taps"
-    result = ConformanceResult(
-        "supported taps: a subset of the manifest's, in dataflow order", not problem, detail
-    )
-    return [result], taps
+def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[ConformanceResult]:
+    """Every contract check of `backend` on fixtures derived from `fixture`, one result per check.
 
-
-def check_backend(backend: Backend, fixture: Fixture) -> list[ConformanceResult]:
-    """Every contract check of `backend` on fixtures derived from `fixture`, one result per check."""
-    results = _declaration_checks(backend)
-    if not results[1].passed:
-        return results
-    missing = checked_missing_dependencies(backend)
-    results.append(
-        ConformanceResult(
-            "dependencies present",
-            not missing,
-            f"missing {', '.join(missing)}; {backend.install_hint}".rstrip("; ") if missing else "",
-        )
-    )
+    Every call goes through the boundary (harness/backends/boundary.py), which holds the rules: what
+    fails a run fails a check here, with the same line.
+    """
+    declared, wrapped = _guarded_check("declares a name, precisions (a non-empty subset of ('fp32', 'fp64')), "
+                                       "requires, description and install_hint", lambda: guarded(backend))
+    if wrapped is None:
+        return [declared]
+    backend = wrapped
+    results = [declared]
+    deps, missing = _guarded_check("dependencies present", backend.missing)
     if missing:
+        deps = ConformanceResult("dependencies present", False,
+                                 f"missing {', '.join(missing)}; {backend.install_hint}".rstrip("; "))
+    results.append(deps)
+    if not deps.passed:
         return results
-    tap_results, taps = _tap_checks(backend, fixture)
-    results += tap_results
-    if taps is None or not tap_results[0].passed:
+    listed, taps = _guarded_check("supported taps: a subset of the manifest's, in dataflow order",
+                                  lambda: backend.taps(fixture))
+    if taps is not None:
+        listed = ConformanceResult(listed.name, True, f"{len(taps)} of {len(fixture.tap_names)} taps")
+    results.append(listed)
+    if taps is None:
         return results
     config = fixture.config
     shortest = Case("single", (config.vocab_size - 1,), "single")  # the highest token id, alone
@@ -251,14 +221,11 @@ def check_backend(backend: Backend, fixture: Fixture) -> list[ConformanceResult]
         for precision in backend.precisions:
             for case_name, sub in derived.items():
                 label = f"{precision} T={len(sub.cases[0].tokens)}"
-                try:
-                    out: BackendOutput = backend.run(sub, precision)
-                except BaseException as exc:  # reported as a failed check, with the exception's line
-                    reraise_if_interrupt(exc)
-                    results.append(ConformanceResult(f"{label}: runs ({case_name})", False, describe_exception(exc)))
-                    continue
-                results.append(ConformanceResult(f"{label}: runs ({case_name})", True))
-                for suffix, problem in _check_output(out, sub, taps, precision):
-                    results.append(ConformanceResult(f"{label}: {suffix}", not problem, problem))
+                ran, out = _guarded_check(f"{label}: runs ({case_name})",
+                                          lambda s=sub, p=precision: backend.outputs(s, p))  # type: ignore[misc]
+                results.append(ran)
+                if out is not None:
+                    results += _output_results(label, output_problems(sub, out[1], taps, precision), precision)
         results += _bad_input_checks(backend, fixture, work, backend.precisions[0])
+    results += _decoding_checks(backend, fixture)
     return results

@@ -10,88 +10,30 @@ step compares like with like even after a backend would have picked another word
 A greedy token that differs where the backend's logits are within tolerance is a near-tie (the
 golden's top-2 margin there is within what the tolerance allows): reported, with its margin, but
 not a failure. Where the logits are out of tolerance, the logits check fails at that step.
+
+Each step's check is the forward pass's: one `CheckResult` (with `step` set and the prompt as its case)
+made by `harness.compare.judge_tensor`, folded by `harness.compare.fold`. Only the greedy tokens, a
+comparison of token ids, are a record of their own (`GreedyCheck`).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.backends.base import Backend, Precision
-from harness.compare import NOT_SUPPORTED, compare_tensors
-from harness.decoding import DecodeOutput, DecodeRequest, golden_decoding, step_key, top2_margin
-from harness.errors import BackendFailed, ParityError
+from harness.backends.base import Precision
+from harness.backends.boundary import AnyBackend, guarded
+from harness.compare import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary, fold, judge_tensor
+from harness.decoding import DecodeOutput, golden_decoding, step_key, top2_margin
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
 
 OK, FAIL, NEAR_TIE = "ok", "fail", "near_tie"
-
-
-@dataclass
-class DecodeCheck:
-    """One backend x precision x golden x prompt x step x tap."""
-
-    backend: str
-    precision: str
-    golden: str
-    prompt: str
-    step: int
-    tap: str
-    passed: bool
-    max_abs: float
-    max_rel: float
-    atol: float
-    rtol: float
-    index: list[int] | None = None
-    actual: float | None = None
-    expected: float | None = None
-    n_bad: int = 0
-    message: str = ""
-
-
-@dataclass
-class DecodeTapSummary:
-    """One backend x precision x golden x tap, the worst over prompts and steps."""
-
-    backend: str
-    precision: str
-    golden: str
-    tap: str
-    passed: bool
-    n_checks: int
-    n_failed: int
-    max_abs: float
-    max_rel: float
-    atol: float
-    rtol: float
-    worst: str  # "{prompt} step {k}"
-
-
-@dataclass
-class DecodeDivergence:
-    """Where one backend x tier first breaks tolerance: the earliest step, its first tap in dataflow order."""
-
-    backend: str
-    precision: str
-    golden: str
-    prompt: str
-    step: int
-    tap: str
-    index: list[int] | None
-    actual: float | None
-    expected: float | None
-    max_abs: float
-    atol: float
-    rtol: float
-    message: str
-    margin: float  # the golden's top-2 logit margin at that step
-    earlier_max_abs: float  # worst error over the steps before it (every tap, every prompt)
 
 
 @dataclass
@@ -121,9 +63,9 @@ class DecodingReport:
     steps: int = 0
     prompts: list[str] = field(default_factory=list)
     taps: list[str] = field(default_factory=list)
-    checks: list[DecodeCheck] = field(default_factory=list)
-    summaries: list[DecodeTapSummary] = field(default_factory=list)
-    divergences: list[DecodeDivergence] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)  # `step` set, the prompt in `case`
+    summaries: list[TapSummary] = field(default_factory=list)
+    divergences: list[FirstDivergence] = field(default_factory=list)  # `step` and `margin` set
     greedy: list[GreedyCheck] = field(default_factory=list)
     runs: list[DecodeRun] = field(default_factory=list)
     not_supported: list[str] = field(default_factory=list)  # backends without decoding
@@ -132,11 +74,11 @@ class DecodingReport:
 
     @property
     def n_passed(self) -> int:
-        return sum(c.passed for c in self.checks)
+        return sum(c.passed is True for c in self.checks)
 
     @property
     def n_failed(self) -> int:
-        return sum(not c.passed for c in self.checks) + sum(g.status == FAIL for g in self.greedy)
+        return sum(c.passed is False for c in self.checks) + sum(g.status == FAIL for g in self.greedy)
 
     @property
     def n_near_ties(self) -> int:
@@ -147,7 +89,7 @@ Progress = Callable[[str], None]
 
 
 def run_decoding(
-    fixture: Fixture, backends: list[Backend], precisions: list[Precision], progress: Progress | None = None
+    fixture: Fixture, backends: Sequence[AnyBackend], precisions: list[Precision], progress: Progress | None = None
 ) -> DecodingReport:
     """Decode with every backend that supports it, in every wanted precision it computes in; compare."""
     from harness.precision import tiers_for
@@ -160,8 +102,8 @@ def run_decoding(
     report.vocab = list(fixture.vocab)
     report.sequences = {p.name: [*p.tokens, *p.generated] for p in decoding.prompts}
     goldens = {p: golden_decoding(fixture, p) for p in ("fp32", "fp64")}
-    for backend in backends:
-        if not supports(backend, fixture):
+    for backend in [guarded(b) for b in backends]:
+        if not backend.decodes(fixture):
             report.not_supported.append(backend.name)
             continue
         for precision in precisions:
@@ -169,83 +111,39 @@ def run_decoding(
                 continue
             say(f"parity: decoding with {backend.name} ({precision}) ...")
             start = time.perf_counter()
-            output = _decode(backend, fixture, precision)
+            output = backend.decoded(fixture, precision, decoding.requests())
             report.runs.append(DecodeRun(backend.name, precision, time.perf_counter() - start))
             for golden in tiers_for(precision):
                 report.checks += compare_decoding(fixture, backend.name, precision, golden, output, goldens[golden])
             report.greedy += greedy_checks(fixture, backend.name, precision, output, goldens["fp64"], report.checks)
-    report.summaries = summarize(report)
-    report.divergences = first_divergences(report, goldens["fp64"])
+    report.summaries, report.divergences = fold(report.checks, report.taps)
+    for d in report.divergences:  # how close the golden's greedy choice is to a tie at that step
+        d.margin = top2_margin(goldens["fp64"][d.case][step_key(d.step or 0, "logits")])
     return report
-
-
-def supports(backend: Backend, fixture: Fixture) -> bool:
-    try:
-        return bool(backend.supports_decoding(fixture))
-    except ParityError:
-        raise
-    except Exception as exc:
-        raise BackendFailed(f"backend {backend.name!r}: supports_decoding crashed: {type(exc).__name__}: {exc}") \
-            from None
-
-
-def _decode(backend: Backend, fixture: Fixture, precision: Precision) -> DecodeOutput:
-    decoding = fixture.decoding()
-    assert decoding is not None
-    return call_decode(backend, fixture, precision, decoding.requests())
-
-
-def call_decode(
-    backend: Backend, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]
-) -> DecodeOutput:
-    """The backend's decoding output, its structure checked; BackendFailed (exit 2) on a crash or a bad shape."""
-    try:
-        output = backend.decode(fixture, precision, requests)
-    except ParityError:
-        raise
-    except Exception as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise BackendFailed(f"backend {backend.name!r} ({precision}) crashed while decoding: "
-                            f"{type(exc).__name__}: {detail}") from None
-    if not isinstance(output, dict):
-        raise BackendFailed(f"backend {backend.name!r}: decode returned {type(output).__name__}, expected a dict")
-    for req in requests:
-        if not isinstance(output.get(req.name), dict):
-            raise BackendFailed(f"backend {backend.name!r}: decode returned no result for prompt {req.name!r}")
-    return output
 
 
 def compare_decoding(
     fixture: Fixture, name: str, precision: Precision, golden_tier: Precision, output: DecodeOutput,
     golden: DecodeOutput,
-) -> list[DecodeCheck]:
-    """Every prompt x step x tap of one backend's decoding against one golden tier."""
+) -> list[CheckResult]:
+    """Every prompt x step x tap of one backend's decoding against one golden tier, by the one judge."""
     decoding = fixture.decoding()
     assert decoding is not None
     tolerances = fixture.tolerances[golden_tier]
-    checks: list[DecodeCheck] = []
+    checks: list[CheckResult] = []
     for prompt in decoding.prompts:
         for k in range(decoding.steps + 1):
             for tap in decoding.taps:
                 tol = tolerances.for_tap(tap)
-                expected = golden[prompt.name][step_key(k, tap)]
-                actual = output[prompt.name].get(step_key(k, tap))
-                if actual is None:
-                    checks.append(DecodeCheck(name, precision, golden_tier, prompt.name, k, tap, False, math.inf,
-                                              math.inf, tol.atol, tol.rtol, message="missing from the output"))
-                    continue
-                if golden_tier != precision:
-                    expected = expected.astype(np.float64)
-                cmp = compare_tensors(np.asarray(actual), expected, tol.atol, tol.rtol)
-                checks.append(DecodeCheck(name, precision, golden_tier, prompt.name, k, tap, cmp.passed, cmp.max_abs,
-                                          cmp.max_rel, tol.atol, tol.rtol, cmp.index, cmp.actual, cmp.expected,
-                                          cmp.n_bad, cmp.message))
+                key = step_key(k, tap)
+                checks.append(judge_tensor(name, precision, golden_tier, prompt.name, tap, output[prompt.name].get(key),
+                                           golden[prompt.name][key], tol.atol, tol.rtol, step=k))
     return checks
 
 
 def greedy_checks(
     fixture: Fixture, name: str, precision: Precision, output: DecodeOutput, golden64: DecodeOutput,
-    checks: list[DecodeCheck],
+    checks: list[CheckResult],
 ) -> list[GreedyCheck]:
     """The backend's argmax at every step against the golden's; a differing token is a near-tie when its logits pass."""
     decoding = fixture.decoding()
@@ -262,52 +160,11 @@ def greedy_checks(
             k = next(i for i, (a, b) in enumerate(zip(actual, expected, strict=True)) if a != b)
             row.first_step = k
             row.margin = top2_margin(golden64[prompt.name][step_key(k, "logits")])
-            logits_ok = all(c.passed for c in checks if (c.backend, c.precision, c.prompt, c.step, c.tap)
+            logits_ok = all(c.passed for c in checks if (c.backend, c.precision, c.case, c.step, c.tap)
                             == (name, precision, prompt.name, k, "logits"))
             row.status = NEAR_TIE if logits_ok else FAIL
         rows.append(row)
     return rows
-
-
-def summarize(report: DecodingReport) -> list[DecodeTapSummary]:
-    """Per backend x precision x golden x tap, the worst over prompts and steps, in dataflow order."""
-    groups: dict[tuple[str, str, str], list[DecodeCheck]] = {}
-    for c in report.checks:
-        groups.setdefault((c.backend, c.precision, c.golden), []).append(c)
-    out: list[DecodeTapSummary] = []
-    for (backend, precision, golden), group in groups.items():
-        for tap in report.taps:
-            at = [c for c in group if c.tap == tap]
-            if not at:
-                continue
-            worst = max(at, key=lambda c: (not c.passed, c.max_abs))
-            out.append(DecodeTapSummary(backend, precision, golden, tap, all(c.passed for c in at), len(at),
-                                        sum(not c.passed for c in at), max(c.max_abs for c in at),
-                                        max(c.max_rel for c in at), worst.atol, worst.rtol,
-                                        f"{worst.prompt} step {worst.step}"))
-    return out
-
-
-def first_divergences(report: DecodingReport, golden64: DecodeOutput) -> list[DecodeDivergence]:
-    """Per failing backend x tier: the earliest failing step (over prompts), its first failing tap, the first prompt."""
-    order = {t: i for i, t in enumerate(report.taps)}
-    prompts = {p: i for i, p in enumerate(report.prompts)}
-    groups: dict[tuple[str, str, str], list[DecodeCheck]] = {}
-    for c in report.checks:
-        groups.setdefault((c.backend, c.precision, c.golden), []).append(c)
-    out: list[DecodeDivergence] = []
-    for group in groups.values():
-        failed = [c for c in group if not c.passed]
-        if not failed:
-            continue
-        first = min(failed, key=lambda c: (c.step, order[c.tap], prompts[c.prompt]))
-        earlier = [c.max_abs for c in group if c.step < first.step]
-        out.append(DecodeDivergence(
-            first.backend, first.precision, first.golden, first.prompt, first.step, first.tap, first.index,
-            first.actual, first.expected, first.max_abs, first.atol, first.rtol, first.message,
-            top2_margin(golden64[first.prompt][step_key(first.step, "logits")]), max(earlier, default=0.0),
-        ))
-    return out
 
 
 def step_name(step: int) -> str:

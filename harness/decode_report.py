@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from harness.decode_check import FAIL, NEAR_TIE, DecodeDivergence, DecodingReport, GreedyCheck, step_name
+from harness.compare import FirstDivergence
+from harness.decode_check import FAIL, NEAR_TIE, DecodingReport, GreedyCheck, step_name
 from harness.text import num_text, tier_label, tolerance_text
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def greedy_line(g: GreedyCheck, vocab: Sequence[str]) -> str:
     return f"{label}  FAIL  {what}: the logits there are out of tolerance"
 
 
-def _cell(d: DecodeDivergence, tokens: Sequence[int], vocab: Sequence[str]) -> str:
+def _cell(d: FirstDivergence, tokens: Sequence[int], vocab: Sequence[str]) -> str:
     if d.index is None:
         return ""
     if d.tap == "logits" and len(d.index) == 1:
@@ -43,16 +44,18 @@ def _cell(d: DecodeDivergence, tokens: Sequence[int], vocab: Sequence[str]) -> s
     return f" at {d.index}"
 
 
-def divergence_paragraph(d: DecodeDivergence, tokens: Sequence[int], vocab: Sequence[str]) -> str:
+def divergence_paragraph(d: FirstDivergence, tokens: Sequence[int], vocab: Sequence[str]) -> str:
     """e.g. "typescript fp64 vs fp64 decoding: first divergence at step 1, blocks.1.attn.cache_k, ..."."""
     values = f": {d.message}" if d.message else ""
     if not d.message and d.actual is not None and d.expected is not None:
         values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
                   f"(|diff| {num_text(d.max_abs)} > {tolerance_text(d.atol, d.rtol)})")
-    agree = "exactly" if d.earlier_max_abs == 0 else f"within {num_text(d.earlier_max_abs)}"
-    before = "It is the prefill: no step before it." if d.step == 0 else f"The steps before it agree ({agree})."
-    return (f"{d.backend} decoding {tier_label(d.precision, d.golden)}: first divergence at {step_name(d.step)}, "
-            f"{d.tap}, prompt {d.prompt}{_cell(d, tokens, vocab)}{values}. {before} "
+    step = d.step or 0
+    agree = "exactly" if d.upstream_max_abs == 0 else f"within {num_text(d.upstream_max_abs)}"
+    before = ("It is the first check of the prefill: nothing before it." if d.upstream_taps == 0
+              else f"The checks before it (earlier steps, and earlier taps of this step) agree ({agree}).")
+    return (f"{d.backend} decoding {tier_label(d.precision, d.golden)}: first divergence at {step_name(step)}, "
+            f"{d.tap}, prompt {d.case}{_cell(d, tokens, vocab)}{values}. {before} "
             f"The golden's top-2 logit margin at that step: {num_text(d.margin)}.")
 
 
@@ -76,7 +79,7 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
         line = (f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {num_text(s.max_abs)}  "
                 f"max_rel {num_text(s.max_rel)}  ({tolerance_text(s.atol, s.rtol)})")
         if not s.passed:
-            line += f"  {s.n_failed}/{s.n_checks} prompt x step checks, worst {s.worst}"
+            line += f"  {s.n_failed}/{s.n_cases} prompt x step checks, worst {s.worst_case} step {s.worst_step}"
         lines.append(line)
     groups: dict[tuple[str, str], list[GreedyCheck]] = {}
     for g in dec.greedy:
@@ -101,7 +104,7 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
                      f"checks); greedy tokens: {greedy_bad} backend x prompt(s) differ{near}")
     for d in dec.divergences:
         lines.append("")
-        lines.append(divergence_paragraph(d, sequences.get(d.prompt, []), vocab))
+        lines.append(divergence_paragraph(d, sequences.get(d.case, []), vocab))
     return lines
 
 

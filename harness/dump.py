@@ -59,6 +59,27 @@ def dump_name(backend: str, precision: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', backend)}.{precision}.safetensors"
 
 
+def check_dump_names(runs: list[tuple[str, str]]) -> None:
+    """Refuse (DumpError, exit 2) two backend x precision runs whose dumps would be one file.
+
+    `dump_name` replaces unsafe characters, so 'a/b' and 'a_b' would write the same file, and the
+    second would silently replace the first: `parity compare DIR/*` would then judge one of them
+    only. Names that differ only in case collide too, on macOS's and Windows' file systems.
+    """
+    seen: dict[str, str] = {}
+    for backend, precision in runs:
+        name = dump_name(backend, precision)
+        other = seen.setdefault(name.casefold(), backend)
+        if other != backend:
+            files = {dump_name(other, precision), name}
+            where = (f"would both write {name!r} (characters other than letters, digits, '.', '_' and '-' become '_')"
+                     if len(files) == 1 else
+                     f"would write {' and '.join(map(repr, sorted(files)))}, one file where case is not significant "
+                     "(macOS, Windows)")
+            raise DumpError(f"--save-outputs: backends {other!r} and {backend!r} {where}: the second dump would "
+                            "replace the first; save the outputs of one of them in another run")
+
+
 def dump_metadata(backend: str, precision: str, fid: str, supported: list[str]) -> dict[str, str]:
     return {
         "format": FORMAT_NAME,

@@ -23,3 +23,8 @@ class BackendUnavailable(ParityError):
 
 class BackendFailed(ParityError):
     """A backend that crashed, hung or returned something unusable (not a numerical disagreement)."""
+
+
+class BackendMisbehaved(BackendFailed):
+    """Raised by the harness about a backend: it crashed (raised something not parity's), or what it returned
+    breaks the contract (harness/backends/boundary.py). A ParityError the backend raises itself stays its own."""

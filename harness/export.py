@@ -16,6 +16,7 @@ directory and compares with what is committed (what a "platform" is: harness/pla
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import tempfile
@@ -37,6 +38,7 @@ from harness.platforms import (
     same_platform,
     training_platform,
 )
+from harness.text import num_text
 
 RETRAIN_LOSS_RTOL = 0.01  # on another platform: held-out loss of retrained vs committed weights, docs/fixtures.md
 SEED = 0
@@ -327,11 +329,11 @@ def _check_decode_graph(fixture: Fixture, say: Progress) -> list[str]:
         return []
     output = ort_decode(fixture, decoding.requests())
     checks = compare_decoding(fixture, "onnxruntime", "fp32", "fp32", output, golden_decoding(fixture, "fp32"))
-    worst = max(checks, key=lambda c: c.max_abs)
+    worst = max(checks, key=lambda c: c.max_abs if c.max_abs is not None else math.inf)
     say(f"{path.name}: {len(checks)} step x tap checks reproduce the decoding goldens fp32, "
-        f"worst {worst.prompt} step {worst.step} {worst.tap} max |diff| {worst.max_abs:.2e}")
+        f"worst {worst.case} step {worst.step} {worst.tap} max |diff| {num_text(worst.max_abs)}")
     bad = [c for c in checks if not c.passed]
-    return [f"{path.name} does not reproduce the decoding goldens ({len(bad)} checks, e.g. {bad[0].prompt} "
+    return [f"{path.name} does not reproduce the decoding goldens ({len(bad)} checks, e.g. {bad[0].case} "
             f"step {bad[0].step} {bad[0].tap})"] if bad else []
 
 

@@ -9,23 +9,25 @@ there (a near-tie when the margin is within the float32 tolerance).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
-from harness.decode_check import call_decode, step_name, supports
+from harness.backends.boundary import AnyBackend, guarded
+from harness.decode_check import step_name
 from harness.decoding import DecodeRequest, encode_words, step_key, top2_margin
-from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
+from harness.errors import EXIT_DISAGREE, EXIT_OK, BackendFailed, ParityError
 
 if TYPE_CHECKING:
-    from harness.backends.base import Backend, Precision
+    from harness.backends.base import Precision
     from harness.fixture import Fixture
 
 REQUEST = "generate"
 
 
-def run_generate(fixture: Fixture, prompt: str, steps: int, backends: list[Backend], precisions: list[Precision],
-                 out: TextIO) -> int:
+def run_generate(fixture: Fixture, prompt: str, steps: int, backends: Sequence[AnyBackend],
+                 precisions: list[Precision], out: TextIO) -> int:
     """Generate `steps` tokens after `prompt` (words) on each backend; print them side by side; the exit code."""
     tokens = encode_words(prompt, fixture.vocab)
     n_ctx = fixture.config.n_ctx
@@ -37,18 +39,22 @@ def run_generate(fixture: Fixture, prompt: str, steps: int, backends: list[Backe
     request = DecodeRequest(REQUEST, tokens, steps - 1, None)  # the prefill gives the first token
     rows: list[tuple[str, list[int], list[np.ndarray]]] = []
     unsupported: list[str] = []
-    for backend in backends:
-        if not supports(backend, fixture):
+    for backend in [guarded(b) for b in backends]:
+        if not backend.decodes(fixture):
             unsupported.append(backend.name)
             continue
         for precision in precisions:
             if precision in backend.precisions:
-                result = call_decode(backend, fixture, precision, [request])[REQUEST]
-                logits = [np.asarray(result[step_key(k, "logits")]) for k in range(steps)]
-                rows.append((f"{backend.name} {precision}", [int(np.argmax(x)) for x in logits], logits))
+                label = f"{backend.name} {precision}"
+                logits = step_logits(label, backend.decoded(fixture, precision, [request])[REQUEST], steps,
+                                     fixture.config.vocab_size)
+                rows.append((label, [int(np.argmax(x)) for x in logits], logits))
     if not rows:
         raise ParityError("no selected backend decodes: nothing to generate "
                           f"(decoding not supported by {', '.join(unsupported) or 'any'})")
+    if len(rows) < 2:  # one run agrees with itself: that is no comparison, and never exit 0
+        raise ParityError(f"parity generate: nothing compared: only one run decodes ({rows[0][0]}); "
+                          "select at least two backend x precision runs")
     vocab = fixture.vocab
     text = " ".join(vocab[t] for t in tokens)
     print(f"parity generate: prompt \"{text}\" ({len(tokens)} tokens), {steps} greedy steps", file=out)
@@ -59,6 +65,11 @@ def run_generate(fixture: Fixture, prompt: str, steps: int, backends: list[Backe
         print(f"{label:<{width}}  " + " ".join(f"{vocab[t]:<{cell}}" for t in generated).rstrip(), file=out)
     if unsupported:
         print(f"decoding not supported by: {', '.join(unsupported)}", file=out)
+    broken = [(label, k) for label, _, logits in rows for k, x in enumerate(logits) if not np.isfinite(x).all()]
+    if broken:
+        label, k = broken[0]
+        print(f"DIFFER: {label} gives non-finite logits (NaN or infinity) at {step_name(k)}", file=out)
+        return EXIT_DISAGREE
     first = rows[0][1]
     differing = [k for k in range(steps) if any(g[k] != first[k] for _, g, _ in rows)]
     if not differing:
@@ -77,3 +88,16 @@ def run_generate(fixture: Fixture, prompt: str, steps: int, backends: list[Backe
     print(f"DIFFER: from word {k + 1} ({step_name(k)}): {words}; "
           f"top-2 logit margin there {margin:.1e} ({ref_label}), {verdict}", file=out)
     return EXIT_DISAGREE
+
+
+def step_logits(label: str, result: dict[str, np.ndarray], steps: int, vocab_size: int) -> list[np.ndarray]:
+    """Each step's logits [V] of one decoding result; BackendFailed (exit 2) for a missing or misshapen one."""
+    logits: list[np.ndarray] = []
+    for k in range(steps):
+        x = result.get(step_key(k, "logits"))
+        if x is None or x.shape != (vocab_size,):
+            got = "nothing" if x is None else f"shape {list(x.shape)}"
+            raise BackendFailed(f"{label}: decode returned {got} for {step_key(k, 'logits')}, "
+                                f"expected logits of shape [{vocab_size}]")
+        logits.append(x)
+    return logits

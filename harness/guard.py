@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from harness.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
+from harness.errors import BackendFailed, BackendMisbehaved, BackendUnavailable, FixtureError, ParityError
 
 T = TypeVar("T")
-CORE_ERRORS: tuple[type[ParityError], ...] = (ParityError, FixtureError, BackendUnavailable, BackendFailed)
+CORE_ERRORS: tuple[type[ParityError], ...] = (ParityError, FixtureError, BackendUnavailable, BackendFailed,
+                                             BackendMisbehaved)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")  # what could break or fake a line
 _sigint_seen = False
 
@@ -80,13 +81,13 @@ def call_backend(name: str, what: str, fn: Callable[[], T]) -> T:
     except KeyboardInterrupt as exc:
         if genuine_interrupt() or not _handler_installed():
             raise
-        raise BackendFailed(f"backend {name!r} crashed in {what}: {describe_exception(exc)}") from None
+        raise BackendMisbehaved(f"backend {name!r} crashed in {what}: {describe_exception(exc)}") from None
     except ParityError as exc:
         if type(exc) in CORE_ERRORS:
             raise type(exc)(one_line(_text(exc))) from None
-        raise BackendFailed(f"backend {name!r} failed in {what}: {describe_exception(exc)}") from None
+        raise BackendMisbehaved(f"backend {name!r} failed in {what}: {describe_exception(exc)}") from None
     except BaseException as exc:  # SystemExit, GeneratorExit, custom BaseException, any Exception
-        raise BackendFailed(f"backend {name!r} crashed in {what}: {describe_exception(exc)}") from None
+        raise BackendMisbehaved(f"backend {name!r} crashed in {what}: {describe_exception(exc)}") from None
 
 
 def reraise_if_interrupt(exc: BaseException) -> None:

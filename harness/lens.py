@@ -10,17 +10,17 @@ every top guess, 1 when one differs, 2 for bad input (an unknown case, say).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
-from harness.backends.base import Backend
+from harness.backends.boundary import AnyBackend, guarded
 from harness.errors import EXIT_DISAGREE, EXIT_OK, BackendFailed, ParityError
 from harness.fixture import Fixture
-from harness.registry import checked_supported_taps
-from harness.runner import Progress, run_backend
+from harness.runner import Progress
 
 
 @dataclass
@@ -60,9 +60,13 @@ def golden_grid(fixture: Fixture, case: str) -> LensGrid:
 
 def mark_backend(grid: LensGrid, label: str, output: dict[str, np.ndarray], taps: list[str]) -> None:
     """Mark every cell where `output` ({tap: [T, V] probabilities}) has another top guess than the golden."""
+    for tap in taps:
+        if output[tap].shape[-1:] != (len(grid.vocab),) or output[tap].shape[:-1] != grid.top_ids[0].shape:
+            raise BackendFailed(f"{label}: {tap} has shape {list(output[tap].shape)}, expected "
+                                f"{[*grid.top_ids[0].shape, len(grid.vocab)]}")
     grid.checked.append(label)
     for k, tap in enumerate(taps):
-        top = np.asarray(output[tap]).argmax(-1)
+        top = output[tap].argmax(-1)
         for t in np.flatnonzero(top != grid.top_ids[k]):
             grid.marks.setdefault((k, int(t)), []).append(f"{label}: {grid.vocab[int(top[t])]!r}")
 
@@ -83,8 +87,8 @@ def format_grid(grid: LensGrid) -> list[str]:
 
 
 def run_lens(
-    fixture: Fixture, case: str, backends: list[Backend], plot: Path | None, default_selection: bool = True,
-    out: TextIO = sys.stdout, progress: Progress | None = None,
+    fixture: Fixture, case: str, backends: Sequence[AnyBackend], plot: Path | None,
+    default_selection: bool = True, out: TextIO = sys.stdout, progress: Progress | None = None,
 ) -> int:
     """Print (and optionally draw) the lens of `case`, checking each backend's top guesses against the golden."""
     grid = golden_grid(fixture, case)
@@ -94,18 +98,21 @@ def run_lens(
         require_matplotlib()  # before running any backend
     taps = lens_taps(fixture)
     say = progress or (lambda _msg: None)
-    for backend in backends:
-        if not set(taps) <= set(checked_supported_taps(backend, fixture)):
+    for backend in [guarded(b) for b in backends]:
+        if not set(taps) <= set(backend.taps(fixture)):
             if not default_selection:
                 print(f"parity lens: {backend.name} does not produce the logit_lens taps: not checked", file=out)
             continue
         for precision in backend.precisions:
             say(f"parity: running {backend.name} ({precision}) ...")
-            _, output = run_backend(backend, fixture, precision)
+            _, output = backend.outputs(fixture, precision)
             if any(t not in output[case] for t in taps):
                 raise BackendFailed(f"backend {backend.name!r} ({precision}) returned no logit_lens taps for {case!r}")
             mine = {t: fixture.select_rows(t, fixture.case(case), output[case][t]) for t in taps}
             mark_backend(grid, f"{backend.name} {precision}", mine, taps)
+    if not grid.checked:  # never a verdict on nothing: exit 2, not "AGREE"
+        raise ParityError("parity lens: nothing compared: no selected backend produces the logit_lens taps "
+                          f"({', '.join(b.name for b in backends) or 'no backend selected'})")
     text = fixture.case(case).text or " ".join(grid.words)
     print(f"logit lens of {case} ({text!r}): top guess and its probability, from the float64 golden", file=out)
     for line in format_grid(grid):

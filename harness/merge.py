@@ -4,8 +4,10 @@ Each CI job (one per backend group, per platform) runs `parity run --backends ..
 on the same fixture; one job then merges the files. The merged report holds every input's
 results, tap summaries, first divergences, runs, budget rows and decoding checks, so its verdict and counts are
 those of one run of every backend. Refused (exit 2, one line naming the file): a file that is not
-a parity report, a schema version this parity does not read, reports without a fixture id or of
-different fixtures, and two reports holding the same backend x precision.
+a parity report, a schema version this parity does not read, the marker of a run that ended in an
+error (`"usable": false`), a report that disagrees with its own rows (harness/report_check.py),
+reports without a fixture id or of different fixtures or tolerances, reports whose results cover
+other cases or taps, and two reports holding the same backend x precision (forward or decoding).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.budget import GOLDEN_FP32, BudgetRow
 from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
-from harness.errors import ParityError
-from harness.report import SCHEMA_VERSION
+from harness.guard import one_line
+from harness.report import SCHEMA_VERSION, report_json
+from harness.report_check import MergeError, check_report, check_types
 from harness.results import BackendRun, Report
 from harness.strict_json import StrictJSONError, loads_strict
 
@@ -28,8 +31,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class MergeError(ParityError):
-    """Reports that cannot be merged (exit 2)."""
+__all__ = ["MergeError", "merge_reports", "read_report"]
 
 
 def _build(cls: type[T], row: Any, path: Path, what: str, **extra: Any) -> T:
@@ -81,10 +83,45 @@ def read_report(path: Path) -> dict[str, Any]:
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise MergeError(f"{path}: report schema version {doc.get('schema_version')!r}, "
                          f"this parity merges version {SCHEMA_VERSION}")
+    usable = doc.get("usable", True)  # absent: written before the marker existed (still checked against its rows)
+    if usable is False:
+        error = one_line(str(doc.get("error", "")))[:300]
+        raise MergeError(f"{path}: unusable: its `parity {one_line(str(doc.get('command', 'run')))}` ended in an "
+                         f"error (exit_code {doc.get('exit_code')!r}: {error}); not merged")
+    if usable is not True:
+        raise MergeError(f"{path}: malformed report: 'usable' is {usable!r}, expected true or false")
     if not isinstance(doc.get("fixture_id"), str) or not doc["fixture_id"]:
         raise MergeError(f"{path}: the report has no fixture_id (written by an older parity): cannot tell "
                          "which fixture it is about")
     return doc
+
+
+def read_shard(path: Path, doc: dict[str, Any]) -> Report:
+    """One report's rows as a Report (infinities restored), checked against its own verdict fields."""
+    shard = Report(str(doc.get("fixture", "")), fixture_id=doc["fixture_id"], tolerances=_tolerances(doc))
+    shard.runs = [_build(BackendRun, r, path, "runs") for r in _list(doc, "runs", path)]
+    shard.results = [_build(CheckResult, r, path, "results") for r in _list(doc, "results", path)]
+    shard.summaries = [_build(TapSummary, r, path, "taps") for r in _list(doc, "taps", path)]
+    shard.budget = [_build(BudgetRow, r, path, "budget") for r in _list(doc, "budget", path)]
+    rows: list[CheckResult | TapSummary | BudgetRow] = [*shard.results, *shard.summaries, *shard.budget]
+    for row in rows:
+        if not isinstance(row.status, str) or not isinstance(row.message, str):
+            raise MergeError(f"{path}: malformed report: a row's 'status' or 'message' is not a string")
+        _restore_infinities(row)
+    divergences = doc.get("first_divergence", {})
+    if not isinstance(divergences, dict):
+        raise MergeError(f"{path}: malformed report: 'first_divergence' is not an object")
+    for backend, entries in divergences.items():
+        shard.divergences += [_build(FirstDivergence, e, path, "first_divergence", backend=backend)
+                              for e in (entries if isinstance(entries, list) else [entries])]
+    shard.skipped = [line for line in _list(doc, "skipped", path) if isinstance(line, str)]
+    if "decoding" in doc:
+        if not isinstance(doc["decoding"], dict):
+            raise MergeError(f"{path}: malformed report: 'decoding' is not an object")
+        shard.decoding = _read_decoding(path, doc["decoding"])
+    check_types(path, shard)  # before anything is derived from the rows
+    check_report(path, doc, shard, report_json(shard))
+    return shard
 
 
 def merge_reports(paths: list[Path]) -> Report:
@@ -93,7 +130,10 @@ def merge_reports(paths: list[Path]) -> Report:
     first_path, first = docs[0]
     report = Report(str(first.get("fixture", "")), fixture_id=first["fixture_id"], tolerances=_tolerances(first))
     owner: dict[tuple[str, str], Path] = {}
+    decoded_by: dict[tuple[str, str], Path] = {}
     golden_rows_seen = False
+    first_grid: tuple[set[str], set[str]] | None = None
+    decodings: list[DecodingReport] = []
     for path, doc in docs:
         if doc["fixture_id"] != first["fixture_id"]:
             raise MergeError(f"{path}: a report of another fixture (fixture_id {doc['fixture_id'][:19]}..., "
@@ -102,41 +142,44 @@ def merge_reports(paths: list[Path]) -> Report:
             seals = str(doc.get("manifest_sha256", ""))[:12], report.tolerances["manifest_sha256"][:12]
             raise MergeError(f"{path}: judged with other tolerances than {first_path} "
                              f"(manifest_sha256 {seals[0]}... vs {seals[1]}...)")
-        runs = [_build(BackendRun, r, path, "runs") for r in _list(doc, "runs", path)]
-        for run in runs:
+        shard = read_shard(path, doc)
+        grid = ({r.case for r in shard.results}, {r.tap for r in shard.results})
+        first_grid = first_grid or grid
+        if grid != first_grid:
+            raise MergeError(f"{path}: its results cover {len(grid[0])} cases x {len(grid[1])} taps, those of "
+                             f"{paths[0]} {len(first_grid[0])} x {len(first_grid[1])} (or other ones): not merged")
+        for run in shard.runs:
             key = (run.backend, run.precision)
             if run.status != "not_supported" and key in owner:
                 raise MergeError(f"{path}: {run.backend} {run.precision} is in {owner[key]} too: "
                                  "each backend x precision must come from one report")
-        for run in runs:
+        for run in shard.runs:
             if run.status != "not_supported":
                 owner[(run.backend, run.precision)] = path
-        report.runs += runs
-        results = [_build(CheckResult, r, path, "results") for r in _list(doc, "results", path)]
-        summaries = [_build(TapSummary, r, path, "taps") for r in _list(doc, "taps", path)]
-        rows = [_build(BudgetRow, r, path, "budget") for r in _list(doc, "budget", path)]
-        everything: list[CheckResult | TapSummary | BudgetRow] = [*results, *summaries, *rows]
-        for row in everything:
-            _restore_infinities(row)
-        report.results += results
-        report.summaries += summaries
-        divergences = doc.get("first_divergence", {})
-        if not isinstance(divergences, dict):
-            raise MergeError(f"{path}: malformed report: 'first_divergence' is not an object")
-        for backend, entries in divergences.items():
-            report.divergences += [_build(FirstDivergence, e, path, "first_divergence", backend=backend)
-                                   for e in (entries if isinstance(entries, list) else [entries])]
+        if shard.decoding is not None:
+            for dec_run in shard.decoding.runs:
+                key = (dec_run.backend, dec_run.precision)
+                if key in decoded_by:
+                    raise MergeError(f"{path}: the decoding of {key[0]} {key[1]} is in {decoded_by[key]} too: "
+                                     "each backend x precision must come from one report")
+                decoded_by[key] = path
+            decodings.append(shard.decoding)
+        report.runs += shard.runs
+        report.results += shard.results
+        report.summaries += shard.summaries
+        report.divergences += shard.divergences
+        rows = shard.budget
         if golden_rows_seen:  # the fixture's own golden.fp32 row: once, from the first report that has it
             rows = [r for r in rows if r.backend != GOLDEN_FP32]
         golden_rows_seen = golden_rows_seen or any(r.backend == GOLDEN_FP32 for r in rows)
         report.budget += rows
-        for line in _list(doc, "skipped", path):
-            if isinstance(line, str) and line not in report.skipped:
+        for line in shard.skipped:
+            if line not in report.skipped:
                 report.skipped.append(line)
     # A backend skipped on one machine but run on another was not skipped by the merged run.
     ran = {run.backend for run in report.runs if run.status != "not_supported"}
     report.skipped = [s for s in report.skipped if not any(s.startswith(f"backend {b!r} ") for b in ran)]
-    report.decoding = _merge_decoding(docs)
+    report.decoding = _merge_decoding(decodings)
     return report
 
 
@@ -146,42 +189,48 @@ def _tolerances(doc: dict[str, Any]) -> dict[str, Any]:
             "manifest_sha256": str(doc.get("manifest_sha256", ""))}
 
 
-def _merge_decoding(docs: list[tuple[Path, dict[str, Any]]]) -> DecodingReport | None:
-    """The decoding sections of the reports (harness/decode_check.py), merged; None when none has one."""
-    from harness.decode_check import (
-        DecodeCheck,
-        DecodeDivergence,
-        DecodeRun,
-        DecodeTapSummary,
-        DecodingReport,
-        GreedyCheck,
-    )
+def _read_decoding(path: Path, dec: dict[str, Any]) -> DecodingReport:
+    """One report's decoding section (harness/decode_check.py) as a DecodingReport."""
+    from harness.decode_check import DecodeRun, DecodingReport, GreedyCheck
 
-    parts = [(path, doc["decoding"]) for path, doc in docs if isinstance(doc.get("decoding"), dict)]
+    out = DecodingReport(available=dec.get("available") is True)
+    if out.available:
+        out.steps = int(dec.get("steps", 0))
+        out.prompts = [str(p) for p in _list(dec, "prompts", path)]
+        out.taps = [str(t) for t in _list(dec, "taps", path)]
+        out.vocab = [str(w) for w in _list(dec, "vocab", path)]
+        sequences = dec.get("sequences", {})
+        out.sequences = {str(k): [int(t) for t in v] for k, v in sequences.items()} \
+            if isinstance(sequences, dict) else {}
+    out.checks = [_build(CheckResult, r, path, "decoding.results") for r in _list(dec, "results", path)]
+    out.summaries = [_build(TapSummary, r, path, "decoding.summaries") for r in _list(dec, "summaries", path)]
+    out.divergences = [_build(FirstDivergence, r, path, "decoding.first_divergence")
+                       for r in _list(dec, "first_divergence", path)]
+    out.greedy = [_build(GreedyCheck, r, path, "decoding.greedy") for r in _list(dec, "greedy", path)]
+    out.runs = [_build(DecodeRun, r, path, "decoding.runs") for r in _list(dec, "runs", path)]
+    out.not_supported = [str(n) for n in _list(dec, "not_supported", path)]
+    for check in out.checks:
+        _restore_infinities(check)
+    return out
+
+
+def _merge_decoding(parts: list[DecodingReport]) -> DecodingReport | None:
+    """The decoding sections of the reports, merged; None when none has one."""
+    from harness.decode_check import DecodingReport
+
     if not parts:
         return None
     merged = DecodingReport(available=False)
-    for path, dec in parts:
-        if dec.get("available") and not merged.available:
-            merged.available = True
-            merged.steps = int(dec.get("steps", 0))
-            merged.prompts = [str(p) for p in _list(dec, "prompts", path)]
-            merged.taps = [str(t) for t in _list(dec, "taps", path)]
-            merged.vocab = [str(w) for w in _list(dec, "vocab", path)]
-            sequences = dec.get("sequences", {})
-            merged.sequences = {str(k): [int(t) for t in v] for k, v in sequences.items()} \
-                if isinstance(sequences, dict) else {}
-        merged.checks += [_build(DecodeCheck, r, path, "decoding.results") for r in _list(dec, "results", path)]
-        merged.summaries += [_build(DecodeTapSummary, r, path, "decoding.summaries")
-                             for r in _list(dec, "summaries", path)]
-        merged.divergences += [_build(DecodeDivergence, r, path, "decoding.first_divergence")
-                               for r in _list(dec, "first_divergence", path)]
-        merged.greedy += [_build(GreedyCheck, r, path, "decoding.greedy") for r in _list(dec, "greedy", path)]
-        merged.runs += [_build(DecodeRun, r, path, "decoding.runs") for r in _list(dec, "runs", path)]
-        merged.not_supported += [str(n) for n in _list(dec, "not_supported", path) if n not in merged.not_supported]
+    for dec in parts:
+        if dec.available and not merged.available:
+            merged.available, merged.steps, merged.prompts = True, dec.steps, dec.prompts
+            merged.taps, merged.vocab, merged.sequences = dec.taps, dec.vocab, dec.sequences
+        merged.checks += dec.checks
+        merged.summaries += dec.summaries
+        merged.divergences += dec.divergences
+        merged.greedy += dec.greedy
+        merged.runs += dec.runs
+        merged.not_supported += [n for n in dec.not_supported if n not in merged.not_supported]
     decoded = {run.backend for run in merged.runs}
     merged.not_supported = [n for n in merged.not_supported if n not in decoded]
-    for check in merged.checks:  # structural failures were written as null: infinite
-        if check.max_abs is None:
-            check.max_abs = check.max_rel = math.inf
     return merged

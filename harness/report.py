@@ -3,8 +3,8 @@
 JSON schema (version 1), stable for CI scripts:
 
     {
-      "schema": "parity-report", "schema_version": 1,
-      "fixture": str, "fixture_id": str, "passed": bool, "exit_code": 0 | 1 | 2,
+      "schema": "parity-report", "schema_version": 1, "usable": true,
+      "fixture": str, "fixture_id": str, "passed": bool, "exit_code": 0 | 1,
       "counts": {"passed": int, "failed": int, "not_supported": int},
       "results": [ {"backend", "precision", "golden", "case", "tap", "status", "passed",
                     "max_abs", "max_rel", "min_atol", "atol", "rtol", "index", "actual",
@@ -42,13 +42,14 @@ forward fields:
       "decoding": {"available": bool,                   # false: the fixture has no decoding goldens
                    "steps": int, "prompts": [str], "taps": [str],   # taps: blocks.{i}.attn.cache_k|cache_v, logits
                    "passed": bool, "counts": {"passed": int, "failed": int, "near_ties": int},
-                   "results": [ {"backend", "precision", "golden", "prompt", "step", "tap", "passed", "max_abs",
-                                 "max_rel", "atol", "rtol", "index", "actual", "expected", "n_bad", "message"} ],
-                   "summaries": [ {"backend", "precision", "golden", "tap", "passed", "n_checks", "n_failed",
-                                   "max_abs", "max_rel", "atol", "rtol", "worst"} ],
-                   "first_divergence": [ {"backend", "precision", "golden", "prompt", "step", "tap", "index",
-                                          "actual", "expected", "max_abs", "atol", "rtol", "message", "margin",
-                                          "earlier_max_abs"} ],
+                   # results, summaries and first_divergence are the forward rows' records (one judge,
+                   # harness/compare.py): a decoding result's "case" is its prompt and "step" its step;
+                   # a summary's n_cases counts prompt x step checks, worst_case/worst_step its worst one;
+                   # a first divergence adds "step" and "margin" (upstream_* cover every check before it).
+                   "results": [ {... the fields of "results" above, "step": int} ],
+                   "summaries": [ {... the fields of "summaries" above, "worst_step": int} ],
+                   "first_divergence": [ {... the fields of "first_divergence" above, "step": int,
+                                          "margin": float} ],
                    "greedy": [ {"backend", "precision", "prompt", "expected", "actual", "status",
                                 "first_step", "margin"} ],   # status "ok", "fail" or "near_tie"
                    "runs": [ {"backend", "precision", "seconds"} ],
@@ -61,6 +62,17 @@ a near-tie does not.
 
 `status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. Infinite
 errors (structural failures: shape, dtype, NaN, infinity mismatch) are written as null.
+
+Also added in version 1: `usable`. A command that ends in an error (exit 2, or 130 when interrupted)
+after its report paths were checked writes, instead of a report, a marker that `parity merge` refuses
+(so a report left at that path by an earlier run cannot pass for this one):
+
+    {"schema": "parity-report", "schema_version": 1, "usable": false, "passed": false,
+     "exit_code": 2 | 130, "command": "run" | "compare" | "merge", "error": str, "fixture": str}
+
+`error` is the one line the command printed after `parity: error: `; `fixture` is the fixture
+argument ("" for merge). A report with `usable` true (or, written before it existed, absent) always
+has `exit_code` 0 or 1: a run that compared nothing exits 2 and leaves the marker.
 """
 
 from __future__ import annotations
@@ -284,6 +296,7 @@ def report_json(report: Report) -> dict[str, Any]:
     return _finite({  # type: ignore[no-any-return]
         "schema": "parity-report",
         "schema_version": SCHEMA_VERSION,
+        "usable": True,
         "fixture": report.fixture,
         "fixture_id": report.fixture_id,
         "passed": report.passed,
@@ -312,3 +325,17 @@ def write_json(report: Report, path: Path) -> None:
     from harness.report_paths import write_report_text
 
     write_report_text(path, json.dumps(report_json(report), indent=1, allow_nan=False) + "\n", "JSON report")
+
+
+def unusable_json(command: str, error: str, exit_code: int, fixture: str) -> dict[str, Any]:
+    """The marker a command that ended in an error leaves at its --json path (schema above)."""
+    return {"schema": "parity-report", "schema_version": SCHEMA_VERSION, "usable": False, "passed": False,
+            "exit_code": exit_code, "command": command, "error": error, "fixture": fixture}
+
+
+def write_unusable_json(path: Path, command: str, error: str, exit_code: int, fixture: str) -> None:
+    """Write the unusable marker; ParityError (one line) if the system refuses."""
+    from harness.report_paths import write_report_text
+
+    text = json.dumps(unusable_json(command, error, exit_code, fixture), indent=1, allow_nan=False) + "\n"
+    write_report_text(path, text, "JSON report")

@@ -8,212 +8,51 @@ with the float32 golden too (the golden is upcast to float64 for that comparison
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable, Iterator
-from functools import partial
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision
-from harness.budget import BudgetAccumulator, budget_rows, reference_rows
-from harness.compare import (
-    NOT_SUPPORTED,
-    CheckResult,
-    FirstDivergence,
-    TapSummary,
-    check_result,
-    compare_tensors,
-    first_divergence,
-    name_index,
-    summarize_tap,
-)
-from harness.errors import BackendFailed
+from harness.backends.base import PRECISIONS, BackendOutput, Precision
+from harness.backends.boundary import AnyBackend, guarded
+from harness.budget import BudgetAccumulator, reference_rows
+from harness.compare import NOT_SUPPORTED, CheckResult, FirstDivergence, fold, judge_tensor, name_index
 from harness.fixture import Case, Fixture, row_axis
-from harness.guard import call_backend, one_line
 from harness.precision import tiers_for
-from harness.registry import checked_supported_taps
 from harness.results import BackendRun, Report
 from reference.taps import tap_shape_template
-
-if TYPE_CHECKING:
-    pass
-
-
-def validate_output(backend: Backend, fixture: Fixture, output: object, supported: list[str]) -> BackendOutput:
-    """Check the structure of a backend's output (not its numbers) and take a private copy of it.
-
-    As strict as `parity check-backend`: a dict with exactly the fixture's cases, each a dict of
-    declared taps only, each a numpy.ndarray (not a list, not a subclass). BackendFailed (exit 2)
-    otherwise. A declared tap that is missing, or an array of the wrong shape, dtype or with NaN,
-    is left to the comparison: a failed check (exit 1) at that tap. The arrays are copied, so the
-    backend cannot change them after the comparison (nor see them change).
-    """
-    name = backend.name
-    if not isinstance(output, dict):
-        raise BackendFailed(f"backend {name!r} returned {type(output).__name__}, expected a dict by case")
-    cases = dict(dict.items(output))  # the dict's own items, whatever a subclass overrides
-    known = {c.name for c in fixture.cases}
-    unknown = [c for c in cases if c not in known]
-    if unknown:
-        raise BackendFailed(f"backend {name!r} returned an unknown case {one_line(repr(unknown[0]))[:80]} "
-                            f"(the fixture's cases: {len(known)})")
-    missing = [c.name for c in fixture.cases if c.name not in cases]
-    if missing:
-        raise BackendFailed(f"backend {name!r} returned no result for case {missing[0]!r}")
-    copied: BackendOutput = {}
-    declared = set(supported)
-    for case in fixture.cases:
-        copied[case.name] = checked_case_taps(name, case.name, cases[case.name], declared)
-    return copied
-
-
-def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
-    """One case's {tap: array} from backend `name`, checked as `validate_output` does, copied."""
-    if not isinstance(taps, dict):
-        raise BackendFailed(f"backend {name!r}, case {case!r}: expected a dict by tap")
-    copied: dict[str, np.ndarray] = {}
-    for tap, array in dict.items(taps):
-        if tap not in declared:
-            raise BackendFailed(f"backend {name!r}, case {case!r}: returned tap "
-                                f"{one_line(repr(tap))[:80]}, which it does not declare in supported_taps")
-        if type(array) is not np.ndarray:
-            raise BackendFailed(f"backend {name!r}, {case}/{tap}: returned {type(array).__name__}, "
-                                "expected numpy.ndarray")
-        copied[tap] = np.array(array, copy=True)
-    return copied
-
-
-def compare_output(
-    name: str, fixture: Fixture, precision: Precision, output: BackendOutput, supported: list[str]
-) -> list[CheckResult]:
-    """Every case x tap x tier of one output of backend `name` (run live or read from a dump), in dataflow order."""
-    by_tier: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers_for(precision)}
-    for case in fixture.cases:
-        goldens = {tier: fixture.golden_case(tier, case.name) for tier in by_tier}
-        for tier, results in compare_case(name, fixture, precision, case, output[case.name], supported,
-                                          goldens).items():
-            by_tier[tier] += results
-    return [r for results in by_tier.values() for r in results]
 
 
 def compare_case(
     name: str, fixture: Fixture, precision: Precision, case: Case, taps: dict[str, np.ndarray],
-    supported: list[str], goldens: dict[Precision, dict[str, np.ndarray]],
-) -> dict[Precision, list[CheckResult]]:
-    """One case of one output, every tap in every tier of `goldens` (the tiers it is compared in, or
-    some of them): {tier: results in dataflow order}.
+    supported: list[str], golden_tier: Precision, golden: dict[str, np.ndarray],
+) -> list[CheckResult]:
+    """One case of one output, every tap against one golden tier, in dataflow order.
 
-    `goldens[tier]` is the case's golden taps of that tier. A tap the golden keeps only the last
-    positions of ("rows") is cut the same way when the backend returned every position.
+    A tap the golden keeps only the last positions of ("rows") is cut the same way when the backend
+    returned every position.
     """
-    out: dict[Precision, list[CheckResult]] = {}
-    for golden_tier in [t for t in tiers_for(precision) if t in goldens]:
-        golden = goldens[golden_tier]
-        tolerances = fixture.tolerances[golden_tier]
-        results = out.setdefault(golden_tier, [])
-        for tap in fixture.tap_names:
-            tol = tolerances.for_tap(tap)
-            if tap not in supported:
-                results.append(CheckResult(name, precision, golden_tier, case.name, tap,
-                                           NOT_SUPPORTED, None, tol.atol, tol.rtol))
-                continue
-            expected = golden[tap]
-            actual = taps.get(tap)
-            if actual is None:
-                results.append(CheckResult(
-                    name, precision, golden_tier, case.name, tap, "fail", False, tol.atol, tol.rtol,
-                    message="missing: the backend declares this tap but did not return it",
-                ))
-                continue
-            if golden_tier != precision:  # float64 result against the float32 golden, in float64
-                expected = expected.astype(np.float64)
-            actual = fixture.select_rows(tap, case, np.asarray(actual))
-            cmp = compare_tensors(actual, expected, tol.atol, tol.rtol)
-            results.append(check_result(name, precision, golden_tier, case.name, tap, cmp, tol.atol, tol.rtol))
-    return out
-
-
-def summarize(results: list[CheckResult], tap_order: list[str]) -> tuple[list[TapSummary], list[FirstDivergence]]:
-    """Per-tap summaries (worst over cases) and first divergences, per backend x precision x golden."""
-    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
-    for r in results:
-        groups.setdefault((r.backend, r.precision, r.golden), []).append(r)
-    summaries: list[TapSummary] = []
-    divergences: list[FirstDivergence] = []
-    for group in groups.values():
-        for tap in tap_order:
-            at_tap = [r for r in group if r.tap == tap]
-            if at_tap:
-                summaries.append(summarize_tap(at_tap))
-        div = first_divergence(group, tap_order)
-        if div is not None:
-            divergences.append(div)
-    return summaries, divergences
+    tolerances = fixture.tolerances[golden_tier]
+    results: list[CheckResult] = []
+    for tap in fixture.tap_names:
+        tol = tolerances.for_tap(tap)
+        if tap not in supported:
+            results.append(CheckResult(name, precision, golden_tier, case.name, tap, NOT_SUPPORTED, None,
+                                       tol.atol, tol.rtol))
+            continue
+        actual = taps.get(tap)
+        if actual is not None:
+            actual = fixture.select_rows(tap, case, actual)
+        results.append(judge_tensor(name, precision, golden_tier, case.name, tap, actual, golden[tap],
+                                    tol.atol, tol.rtol))
+    return results
 
 
 Progress = Callable[[str], None]
 
 
-def run_backend(backend: Backend, fixture: Fixture, precision: Precision) -> tuple[list[str], BackendOutput]:
-    """A backend's declared taps and its checked output; any failure stops the run with one line.
-
-    The backend gets `fixture.for_backend()`, a private copy whose arrays are read-only, so it
-    cannot change what the comparison reads. Whatever it raises becomes one line, exit 2
-    (harness/guard.py); what it returns is checked by `validate_output`.
-    """
-    supported = checked_supported_taps(backend, fixture)
-    view = fixture.for_backend()
-    output = call_backend(backend.name, f"run ({precision})", lambda: backend.run(view, precision))
-    return supported, call_backend(backend.name, f"its output ({precision})",
-                                   lambda: validate_output(backend, fixture, output, supported))
-
-
-_END = object()
-
-
-def backend_cases(
-    backend: Backend, fixture: Fixture, precision: Precision, supported: list[str], clock: list[float]
-) -> Iterator[tuple[Case, dict[str, np.ndarray]]]:
-    """A backend's checked output one case at a time, in the fixture's order; `clock[0]` adds its run time.
-
-    A backend with `streams = True` is asked for one case at a time (`run_cases`), so only one case
-    of its output is alive; any other backend runs whole (`run`) and is checked by `validate_output`.
-    """
-    name = backend.name
-    start = time.perf_counter()
-    if getattr(type(backend), "streams", False) is not True:
-        _, output = run_backend(backend, fixture, precision)
-        clock[0] += time.perf_counter() - start
-        for case in fixture.cases:
-            yield case, output.pop(case.name)
-        return
-    view = fixture.for_backend()
-    declared = set(supported)
-    cases = call_backend(name, f"run ({precision})", lambda: iter(backend.run_cases(view, precision)))
-    clock[0] += time.perf_counter() - start
-    for case in fixture.cases:
-        start = time.perf_counter()
-        item = call_backend(name, f"run ({precision})", lambda: next(cases, _END))
-        clock[0] += time.perf_counter() - start
-        if item is _END:
-            raise BackendFailed(f"backend {name!r} returned no result for case {case.name!r}")
-        if not isinstance(item, tuple) or len(item) != 2 or item[0] != case.name:
-            got = one_line(repr(item[0] if isinstance(item, tuple) and item else item))[:80]
-            raise BackendFailed(f"backend {name!r}: run_cases yielded {got} where case {case.name!r} "
-                                "was due (one (case name, taps) pair per case, in the fixture's order)")
-        checked = checked_case_taps(name, case.name, item[1], declared)
-        del item  # the backend's own arrays: only the checked copy stays alive while it is compared
-        yield case, checked
-        del checked
-    extra = call_backend(name, f"run ({precision})", lambda: next(cases, _END))
-    if extra is not _END:
-        raise BackendFailed(f"backend {name!r}: run_cases yielded more cases than the fixture has")
-
-
 def run_parity(
     fixture: Fixture,
-    backends: list[Backend],
+    backends: Sequence[AnyBackend],
     precisions: list[Precision] | None = None,
     progress: Progress | None = None,
     keep_outputs: bool = True,
@@ -231,26 +70,24 @@ def run_parity(
     (harness/decode_check.py), when the fixture has decoding goldens.
     """
     wanted = precisions or list(PRECISIONS)
+    guards = [guarded(b) for b in backends]
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
-    for backend in backends:
-        declined = call_backend(backend.name, "declines", partial(backend.declines, fixture.for_backend()))
-        if declined is not None and not isinstance(declined, str):
-            raise BackendFailed(f"backend {backend.name!r}: declines() returned {type(declined).__name__}, "
-                                "expected a reason (str) or None")
+    for backend in guards:
+        declined = backend.declined(fixture)
         for precision in wanted:
             if precision not in backend.precisions:
                 report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED,
                                               f"computes in {', '.join(backend.precisions)} only"))
                 continue
             if declined:
-                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED, one_line(declined)))
+                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED, declined))
                 continue
             say(f"parity: running {backend.name} ({precision}) ...")
-            supported = checked_supported_taps(backend, fixture)
+            supported = backend.taps(fixture)
             clock = [0.0]
             judge = CaseJudge(fixture, backend.name, precision, supported, budget)
-            for case, taps in backend_cases(backend, fixture, precision, supported, clock):
+            for case, taps in backend.forward(fixture, precision, supported, clock):
                 judge.add(case, taps)
                 if keep_outputs:
                     report.outputs.setdefault((backend.name, precision), {})[case.name] = taps
@@ -261,7 +98,7 @@ def run_parity(
     if decoding:
         from harness.decode_check import run_decoding
 
-        report.decoding = run_decoding(fixture, backends, wanted, say)
+        report.decoding = run_decoding(fixture, guards, wanted, say)
     finish_report(report, fixture)
     return report
 
@@ -298,7 +135,7 @@ class CaseJudge:
         for tier in self.by_tier:
             golden = self.fixture.golden_case(tier, case.name)
             self.by_tier[tier] += compare_case(self.name, self.fixture, self.precision, case, taps, self.supported,
-                                               {tier: golden})[tier]
+                                               tier, golden)
             if tier == "fp64" and self.budget is not None:
                 self.budget.add_case(case.name, cut, golden)
             del golden
@@ -313,20 +150,17 @@ class CaseJudge:
 def add_output(
     report: Report, fixture: Fixture, name: str, precision: Precision, output: BackendOutput, supported: list[str]
 ) -> None:
-    """Judge one (backend, precision) output against the goldens, whatever produced it, into `report`.
-
-    `harness.dump.compare_dumps` calls it for each dump (`run_parity` judges live runs case by case).
-    """
-    report.results += compare_output(name, fixture, precision, output, supported)
+    """Judge one (backend, precision) output read from a dump, case by case, by the judge of live runs."""
+    judge = CaseJudge(fixture, name, precision, supported, report.measure_budget)
+    for case in fixture.cases:
+        judge.add(case, output[case.name])
+    judge.finish(report)
     report.outputs[(name, precision)] = output
-    report.supported[(name, precision)] = list(supported)
-    if report.measure_budget:
-        report.budget += budget_rows(fixture, name, precision, output, supported)
 
 
 def finish_report(report: Report, fixture: Fixture) -> None:
     """After every `add_output`: per-tap summaries, first divergences named by axis, the budget's reference rows."""
-    report.summaries, report.divergences = summarize(report.results, fixture.tap_names)
+    report.summaries, report.divergences = fold(report.results, fixture.tap_names)
     name_divergences(report.divergences, fixture)
     if report.measure_budget:
         report.budget = reference_rows(fixture) + report.budget

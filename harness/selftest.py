@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import ClassVar, TextIO
 
 from harness.backends.base import Backend, BackendOutput, Precision
+from harness.backends.boundary import GuardedBackend
 from harness.decoding import DecodeOutput, DecodeRequest, reference_decode
 from harness.errors import EXIT_DISAGREE, EXIT_OK, ParityError
 from harness.fixture import Fixture
@@ -127,7 +128,8 @@ def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir:
         with _env("PARITY_TS_DIR", str(root)):
             return run_parity(fixture, [load_backend("typescript")], ["fp64"], progress=None)
     module = load_module(root / "model.py", f"_parity_selftest_{label.replace('-', '_')}")
-    return run_parity(fixture, [ReferenceModuleBackend(module)], ["fp32", "fp64"], progress=None)
+    return run_parity(fixture, [GuardedBackend.wrap(ReferenceModuleBackend(module))], ["fp32", "fp64"],
+                      progress=None)
 
 
 @dataclass
@@ -192,7 +194,7 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
         dec = min(decoding.divergences, key=lambda d: (d.step, taps[d.tap]))
         out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_key(dec.precision, dec.golden)
     if mutant.expected_step is not None and decoding is not None:  # blind prompts, not blind cases
-        hit = {c.prompt for c in decoding.checks if not c.passed}
+        hit = {c.case for c in decoding.checks if not c.passed}
         out.blind_cases = [p for p in decoding.prompts if p not in hit]
     return out
 

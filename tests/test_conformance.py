@@ -36,7 +36,8 @@ def test_numpy_backend_passes_every_check(fixture: Fixture) -> None:
     assert failed(results) == {}
     names = [r.name for r in results]
     for expected in (
-        "declares precisions, a non-empty subset of ('fp32', 'fp64')",
+        "declares a name, precisions (a non-empty subset of ('fp32', 'fp64')), requires, description and "
+        "install_hint",
         "supported taps: a subset of the manifest's, in dataflow order",
         "fp32 T=1: runs (single)",
         "fp64 T=16: runs (longest)",
@@ -45,9 +46,15 @@ def test_numpy_backend_passes_every_check(fixture: Fixture) -> None:
         "fp64 T=16: no NaN",
         "rejects a token id out of range (12)",
         "rejects a truncated weights file",
+        "supports_decoding returns a bool",
+        "fp32 decoding: runs and returns a dict of arrays by prompt",
+        "fp64 decoding: shapes and dtype float64",
+        "fp64 decoding: no NaN",
     ):
         assert expected in names
-    assert len(results) == 23
+    # 1 declarations + 1 dependencies + 1 taps + 2 precisions x 2 lengths x 4 + 3 bad inputs
+    # + 1 supports_decoding + 2 precisions x 4 decoding checks
+    assert len(results) == 1 + 1 + 1 + 16 + 3 + 1 + 8
 
 
 class BadPrecisions(NumpyBackend):
@@ -157,8 +164,8 @@ class BadName(NumpyBackend):
 @pytest.mark.parametrize(
     ("backend_cls", "failing", "message"),
     [
-        (BadPrecisions, ["declares precisions"], "fp16"),
-        (NoPrecisions, ["declares precisions"], "()"),
+        (BadPrecisions, ["declares a name, precisions"], "fp16"),
+        (NoPrecisions, ["declares a name, precisions"], "()"),
         (MissingDependency, ["dependencies present"], "surely_not_installed_module"),
         (TapsOutOfOrder, ["supported taps"], "dataflow order"),
         (UnknownTap, ["supported taps"], "blocks.0.hook_resid_secret"),
@@ -177,9 +184,9 @@ class BadName(NumpyBackend):
             ["fp32 T=1: returns exactly", "fp32 T=16: returns", "fp64 T=1: returns", "fp64 T=16: returns"],
             "probs",
         ),
-        (
+        (  # an undeclared tap stops a run (the boundary's rule), so the check that fails is "runs"
             ExtraTap,
-            ["fp32 T=1: returns exactly", "fp32 T=16: returns", "fp64 T=1: returns", "fp64 T=16: returns"],
+            ["fp32 T=1: runs", "fp32 T=16: runs", "fp64 T=1: runs", "fp64 T=16: runs"],
             "probs",
         ),
         (
@@ -190,7 +197,7 @@ class BadName(NumpyBackend):
         (FailsOnOneToken, ["fp32 T=1: runs", "fp64 T=1: runs"], "ValueError"),
         (NoTokenCheck, ["rejects a token id out of range"], "IndexError"),
         (ClampsTokens, ["rejects a token id out of range"], "returned numbers"),
-        (BadName, ["has a name"], "my backend, v2"),
+        (BadName, ["declares a name"], "my backend, v2"),
     ],
 )
 def test_broken_backend_fails_its_check(
@@ -249,5 +256,5 @@ def test_cli_check_backend_numpy(fixture: Fixture) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("check-backend numpy:")]
-    assert len(lines) == 23 and all(": OK" in line for line in lines), proc.stdout
+    assert len(lines) == 31 and all(": OK" in line for line in lines), proc.stdout  # as in the test above
     assert any("T=1" in line for line in lines) and any("T=16" in line for line in lines)

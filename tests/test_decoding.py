@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from harness.backends.numpy_backend import NumpyBackend
-from harness.decode_check import FAIL, NEAR_TIE, DecodeCheck, greedy_checks
+from harness.compare import CheckResult
+from harness.decode_check import FAIL, NEAR_TIE, greedy_checks
 from harness.decoding import golden_decoding, step_key, top2_margin
 from harness.fixture import MANIFEST, Fixture, load_fixture
 from harness.report import print_report, write_json
@@ -127,7 +128,7 @@ def test_a_differing_greedy_token_is_a_near_tie_when_the_logits_agree(toy: Fixtu
     assert margin is not None and margin < 2e-7
     assert margin == pytest.approx(top2_margin(logits))
     # The same differing token where the logits are out of tolerance is a failure.
-    failing = DecodeCheck("fake", "fp64", "fp64", prompt, step, "logits", False, 1.0, 1.0, 1e-12, 0.0)
+    failing = CheckResult("fake", "fp64", "fp64", prompt, "logits", "fail", False, 1e-12, 0.0, 1.0, 1.0, step=step)
     rows = greedy_checks(toy, "fake", "fp64", output, near, checks=[failing])
     assert [r.status for r in rows if r.status != "ok"] == [FAIL]
 
@@ -139,7 +140,8 @@ def test_merged_reports_keep_the_decoding_verdict(toy: Fixture, tmp_path: Path) 
     write_json(first, tmp_path / "a.json")
     second = run_parity(toy, [NumpyBackend()], ["fp64"], progress=None)
     assert second.decoding is not None
-    second.decoding.greedy[0].status = FAIL  # as if that shard's greedy tokens had differed
+    greedy = second.decoding.greedy[0]  # as if that shard's greedy tokens had differed (merge checks they do)
+    greedy.status, greedy.actual = FAIL, [(t + 1) % len(toy.vocab) for t in greedy.actual]
     write_json(second, tmp_path / "b.json")
     assert json.loads((tmp_path / "a.json").read_text())["decoding"]["passed"] is True
     merged = merge_reports([tmp_path / "a.json", tmp_path / "b.json"])

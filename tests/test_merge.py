@@ -89,6 +89,9 @@ def test_a_failing_shard_makes_the_merge_fail(
     (lambda r: r.pop("fixture_id"), "has no fixture_id"),
     (lambda r: r.update(schema="something-else"), "not a parity report"),
     (lambda r: r.update(results="oops"), "'results' is not a list"),
+    (lambda r: r["results"][0].update(backend=["x"]), "'backend' that is not a string"),
+    (lambda r: r["results"][0].update(max_abs="big"), "'max_abs' that is not a number"),
+    (lambda r: r.update(usable="yes"), "'usable' is 'yes'"),
 ])
 def test_reports_that_cannot_be_merged_exit_2_naming_the_file(
     runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path, change: Any, needle: str
@@ -172,3 +175,23 @@ def test_shards_judged_with_other_tolerances_are_refused(
     proc = run_cli("merge", str(runs["onnxruntime"][0]), str(loose))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "judged with other tolerances" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_refused_merge_leaves_the_unusable_marker_and_older_reports_still_merge(
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """A merge that ends in an error writes the marker to --json (merging it again is refused); a report
+    written before `usable` existed (the field absent) merges when it agrees with its rows."""
+    numpy, onnx = str(runs["numpy"][0]), str(runs["onnxruntime"][0])
+    out = tmp_path / "merged.json"
+    assert_one_line_error(run_cli("merge", numpy, numpy, "--json", str(out)), "numpy fp32 is in")
+    marker = load(out)
+    assert marker["usable"] is False and marker["command"] == "merge" and marker["exit_code"] == 2
+    assert "numpy fp32 is in" in marker["error"]
+    assert_one_line_error(run_cli("merge", str(out), onnx), str(out), "unusable", "parity merge")
+    older = load(runs["onnxruntime"][0])
+    del older["usable"]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    proc = run_cli("merge", numpy, str(tmp_path / "older.json"), "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load(out)["usable"] is True and load(out)["counts"] == load(runs["both"][0])["counts"]

@@ -149,6 +149,6 @@ def test_registered_under_its_name() -> None:
     from harness.registry import load_backend
 
     backend = load_backend("numpy")
-    assert isinstance(backend, NumpyBackend)
+    assert backend.name == "numpy" and backend.entry == "run_cases"
     assert backend.precisions == ("fp32", "fp64")
-    assert backend.missing_dependencies() == []
+    assert backend.missing() == []

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from harness.backends.base import Backend, Precision
+from harness.backends.boundary import GuardedBackend
 from harness.errors import BackendFailed, FixtureError
 from harness.fixture import load_fixture
 from harness.fixture_writer import seal_manifest
@@ -128,15 +129,15 @@ def test_a_streaming_backend_must_yield_every_case_in_order(mini_dir: Path) -> N
         run_parity(fixture, [_StopsEarly()], ["fp64"], progress=None)
 
 
-def _checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A tiny GPT-2 checkpoint written by transformers' own save_pretrained (nothing downloaded)."""
+def _checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch, dtype: str = "float32") -> Path:
+    """A tiny GPT-2 checkpoint written by transformers' own save_pretrained (nothing downloaded), in `dtype`."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=40, n_positions=24, n_embd=16, n_layer=2, n_head=2,
                                      activation_function=activation, bos_token_id=0, eos_token_id=0)
-    transformers.GPT2LMHeadModel(config).save_pretrained(str(root))
+    transformers.GPT2LMHeadModel(config).to(getattr(torch, dtype)).save_pretrained(str(root))
     return root
 
 
@@ -170,12 +171,12 @@ def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path, monkeypatch: pytes
     assert "not the checkpoint's 'gelu_new'" in load_fixture(tmp_path / "taken").manifest["provenance"]["activation"]
 
 
-def _backend(name: str) -> Backend:
+def _backend(name: str) -> GuardedBackend:
     from harness.registry import load_backend
 
     backend = load_backend(name)
-    if backend.missing_dependencies():
-        pytest.skip(f"{name}: {backend.missing_dependencies()}")
+    if backend.missing():
+        pytest.skip(f"{name}: {backend.missing()}")
     return backend
 
 
