@@ -31,7 +31,7 @@ from harness.input_files import MAX_MANIFEST_BYTES
 from harness.manifest import SEAL_KEY, manifest_digest, validate_manifest
 from harness.precision import DTYPES, PRECISIONS, Precision
 from harness.strict_json import StrictJSONError, load_strict
-from harness.tolerances import default_problems, override_problems
+from harness.tolerances import default_problems, override_problems, tap_range
 from reference.config import GPTConfig, param_shapes
 from reference.taps import tap_names as expected_tap_names
 from reference.taps import tap_shape_template
@@ -234,7 +234,8 @@ class Fixture:
         `magnitude[tap]`: the largest finite |golden| of that tap over every case. Up to: of that tap
         and of every tap before it in dataflow order. Round-off carried from upstream scales with what
         the computation has carried: a softmax after scores of 1e4 is as far off as those scores'
-        round-off (docs/tolerances.md).
+        round-off (docs/tolerances.md). A bounded tap (probabilities, `tap_range`) counts it only up to
+        a multiple of its own range, so no override can make uniform probabilities pass.
         """
         overrides = self.tolerances[precision].overrides
         carried = 0.0
@@ -242,7 +243,8 @@ class Fixture:
             carried = max(carried, magnitude.get(tap, 0.0))
             if tap in overrides:
                 tol = overrides[tap]
-                self._loose(override_problems(precision, tap, tol.atol, tol.rtol, carried))
+                self._loose(override_problems(precision, tap, tol.atol, tol.rtol, carried,
+                                              tap_range(self.config, tap)))
 
     def _check_seal(self) -> str:
         """The manifest's own hash: any edit (a tolerance, a hash, a case) needs a deliberate re-seal."""
@@ -483,10 +485,14 @@ class Fixture:
         return clone
 
     def tolerance_summary(self) -> dict[str, Any]:
-        """The tolerances in force, for reports: per tier atol, rtol and overrides; loose ones listed."""
+        """The tolerances in force, for reports: per tier atol, rtol, overrides and, when the fixture has
+        any, `rows` ({tap: N}: only the last N positions of the tap are compared, in both tiers); the
+        loose ones listed. Reports print it and `parity merge` refuses shards whose summaries differ."""
+        rows = {"rows": dict(self.tap_rows)} if self.tap_rows else {}
         return {
             "tiers": {p: {"atol": t.default.atol, "rtol": t.default.rtol,
-                          "overrides": {tap: {"atol": o.atol, "rtol": o.rtol} for tap, o in t.overrides.items()}}
+                          "overrides": {tap: {"atol": o.atol, "rtol": o.rtol} for tap, o in t.overrides.items()},
+                          **copy.deepcopy(rows)}
                       for p, t in self.tolerances.items()},
             "loose": list(self.loose),
             "manifest_sha256": self.seal,

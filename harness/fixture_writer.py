@@ -146,11 +146,11 @@ def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tole
     """Re-seal `root`/manifest.json after a reviewed edit; returns the new seal (hex sha256).
 
     The manifest must still be strict JSON and pass every check of `load_fixture` (schema, ceilings,
-    file hashes), or nothing is changed and FixtureError says why. `rehash_files` first rewrites the
-    sha256 of every listed file: for a data file changed on purpose; every name is checked (a plain
-    name, a regular file inside the fixture directory) before any file is opened. The new manifest
-    is checked in memory, then written atomically (harness/safe_write.py): a full disk leaves the
-    old manifest, never a truncated one.
+    file hashes) and the goldens' (`validate_golden`: the per-tap override ceilings), or nothing is
+    changed and FixtureError says why. `rehash_files` first rewrites the sha256 of every listed file: for
+    a data file changed on purpose; every name is checked (a plain name, a regular file inside the
+    fixture directory) before any file is opened. The new manifest is checked in memory, then written
+    atomically (harness/safe_write.py): a full disk leaves the old manifest, never a truncated one.
     """
     root = Path(root)
     path = root / MANIFEST
@@ -162,7 +162,9 @@ def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tole
         manifest["sha256"] = {name: sha256_file(p) for name, p in paths.items()}
     manifest[SEAL_KEY] = manifest_digest(manifest)
     text = json.dumps(manifest, indent=1) + "\n"
-    fixture_from_manifest(root, loads_strict(text), allow_loose_tolerances=allow_loose_tolerances)
+    fixture = fixture_from_manifest(root, loads_strict(text), allow_loose_tolerances=allow_loose_tolerances)
+    for precision in PRECISIONS:  # the per-tap override ceilings need the goldens' magnitudes
+        fixture.validate_golden(precision)
     write_text_atomic(path, text, "manifest")
     return str(manifest[SEAL_KEY])
 

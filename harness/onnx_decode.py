@@ -96,8 +96,12 @@ def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     path = decode_graph(fixture)
     if path is None:
         raise FixtureError(f"{fixture.manifest_path}: the fixture has no decode graph (files.decoding.onnx)")
+    from harness.onnx_weights import check_graph_weights
+
     config = fixture.config
-    check_decode_model(load_onnx(path), path, config)
+    model = load_onnx(path)
+    check_decode_model(model, path, config)
+    check_graph_weights(fixture, path, model)  # the step graph embeds its own copy of the weights too
     full = onnx_file(fixture, "all_taps")
     check_onnx_file(full, fixture, "all_taps")
     names = expected_outputs(fixture.tap_names, "all_taps")

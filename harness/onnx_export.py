@@ -38,6 +38,7 @@ from harness.onnx_graph import (
     ort_runner,
     run_cases,
 )
+from harness.onnx_weights import graph_weight_problem
 from reference.config import GPTConfig, param_shapes
 from reference.taps import tap_names
 
@@ -119,8 +120,13 @@ def export_onnx(
     dynamic: Any = None
     if config.n_ctx > 1:
         dynamic = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},)
-    export_program(TapsModule().eval(), (example,), Path(path), [INPUT_NAME], names, dynamic,
-                   lambda model, where: check_onnx_model(model, where, tap_names(config.n_layer), outputs))
+    def check(model: Any, where: Path) -> None:
+        check_onnx_model(model, where, tap_names(config.n_layer), outputs)
+        problem = graph_weight_problem(model, weights)  # what every run checks again (harness/onnx_weights.py)
+        if problem is not None:
+            raise FixtureError(f"{where}: {problem}")
+
+    export_program(TapsModule().eval(), (example,), Path(path), [INPUT_NAME], names, dynamic, check)
 
 
 def export_program(

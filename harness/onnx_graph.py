@@ -3,7 +3,9 @@
 Shared by the three ONNX backends and by `parity export --check`. A graph is trusted only after
 `check_onnx_file`: the file parses, passes `onnx.checker`, is self-contained (no external data),
 takes one input `tokens` (int64, [T]) and its outputs are exactly the manifest's taps in dataflow
-order (the all-taps graph) or exactly `["logits"]` (the logits-only graph). Every problem raises
+order (the all-taps graph) or exactly `["logits"]` (the logits-only graph); and `onnx_file`, the
+way every backend finds a graph, checks that it embeds exactly the fixture's weights
+(harness/onnx_weights.py). Every problem raises
 `FixtureError` with one line naming the file. onnx and onnxruntime are imported inside functions.
 """
 
@@ -40,7 +42,10 @@ def expected_outputs(tap_names: Sequence[str], graph: OnnxGraph) -> list[str]:
 
 
 def onnx_file(fixture: Fixture, graph: OnnxGraph) -> Path:
-    """The fixture's committed graph of kind `graph`; FixtureError when the manifest lists none."""
+    """The fixture's committed graph of kind `graph`, its initializers checked against the fixture's
+    weights (harness/onnx_weights.py, once per file); FixtureError when the manifest lists none."""
+    from harness.onnx_weights import check_graph_weights
+
     path = fixture.onnx_path(graph)
     if path is None:
         raise FixtureError(
@@ -49,6 +54,7 @@ def onnx_file(fixture: Fixture, graph: OnnxGraph) -> Path:
         )
     if not path.is_file():
         raise FixtureError(f"{path}: file not found; run `parity export`")
+    check_graph_weights(fixture, path)
     return path
 
 

@@ -17,7 +17,8 @@ JSON schema (version 1), stable for CI scripts:
                                       "previous_tap", "previous_max_abs"} ]},
       "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump"
       "skipped": [str],                                  # registered backends not run (missing dependencies)
-      "tolerances": {"fp32": {"atol", "rtol", "overrides": {tap: {"atol", "rtol"}}}, "fp64": {...}},
+      "tolerances": {"fp32": {"atol", "rtol", "overrides": {tap: {"atol", "rtol"}}, "rows": {tap: int}},
+                     "fp64": {...}},      # "rows" only when the fixture has taps with rows (the last N compared)
       "tolerances_loose": [str],   # tolerances beyond their ceiling (--allow-loose-tolerances); [] normally
       "loose": bool,               # true when tolerances_loose is not empty: not a gate
       "manifest_sha256": str,      # the fixture's seal: which manifest (tolerances included) was in force
@@ -241,8 +242,24 @@ def tolerances_line(report: Report) -> str:
         if t["overrides"]:
             text += f" (+{len(t['overrides'])} per-tap override{'s' if len(t['overrides']) != 1 else ''})"
         parts.append(text)
+    rows = next((t["rows"] for t in tiers.values() if t.get("rows")), None)
+    if rows:
+        parts.append(rows_text(rows))
     seal = str(report.tolerances.get("manifest_sha256", ""))[:16]
     return f"tolerances: {'; '.join(parts) or 'none'}; manifest_sha256 {seal}..."
+
+
+def rows_text(rows: dict[str, int]) -> str:
+    """'rows: last 1 position of 43 taps (hook_embed .. logit_lens.2)': the taps compared on their last rows only."""
+    by_n: dict[int, list[str]] = {}
+    for tap, n in rows.items():
+        by_n.setdefault(int(n), []).append(tap)
+    groups = []
+    for n, taps in sorted(by_n.items()):
+        names = ", ".join(taps) if len(taps) <= 3 else f"{taps[0]} .. {taps[-1]}"
+        groups.append(f"last {n} position{'s' if n != 1 else ''} of {len(taps)} tap{'s' if len(taps) != 1 else ''} "
+                      f"({names})")
+    return "rows: " + ", ".join(groups)
 
 
 def loose_line(report: Report) -> str:

@@ -269,19 +269,33 @@ def test_check_against_golden_passes_on_an_exported_fixture(fixture: Fixture) ->
     assert [ln.split(":")[0] for ln in lines] == list(ONNX_FILES.values())
 
 
-def test_check_against_golden_fails_when_the_graph_computes_something_else(copy_dir: Path) -> None:
+def _scale_initializer(name: str) -> Callable[[Any], None]:
     from onnx import numpy_helper
 
-    def perturb(model: Any) -> None:  # the last MLP's output weights x 2: the logits drift
+    def perturb(model: Any) -> None:
         for init in model.graph.initializer:
-            if init.name == "h__1__mlp__c_proj__weight":
+            if init.name == name:
                 init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 2, init.name))
                 return
         raise AssertionError([i.name for i in model.graph.initializer])
 
-    _edit_graph(copy_dir / "model.logits.onnx", perturb)
+    return perturb
+
+
+def test_check_against_golden_fails_when_the_graph_computes_something_else(copy_dir: Path) -> None:
+    # A constant of the graph, not a weight (the positions' frequencies) x 2: the logits drift.
+    _edit_graph(copy_dir / "model.logits.onnx", _scale_initializer("pow_1"))
     rehash(copy_dir)
     with pytest.raises(FixtureError, match=r"model\.logits\.onnx:logits"):
+        check_onnx_against_golden(load_fixture(copy_dir))
+
+
+def test_check_against_golden_refuses_a_graph_made_from_other_weights(copy_dir: Path) -> None:
+    # The last MLP's output weights x 2: refused by the weights check before any number is compared.
+    _edit_graph(copy_dir / "model.logits.onnx", _scale_initializer("h__1__mlp__c_proj__weight"))
+    rehash(copy_dir)
+    with pytest.raises(FixtureError, match=r"model\.logits\.onnx: initializer 'h__1__mlp__c_proj__weight' differs "
+                       r"from parameter 'h\.1\.mlp\.c_proj\.weight'.*weights\.safetensors"):
         check_onnx_against_golden(load_fixture(copy_dir))
 
 

@@ -22,13 +22,14 @@ class OnnxRuntimeWebBackend(Backend):
     name: ClassVar[str] = "onnxruntime-web"
     description: ClassVar[str] = "model.onnx (every tap) on onnxruntime-web's WebAssembly backend in headless Chrome"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
-    install_hint: ClassVar[str] = browser.INSTALL_HINT
+    requires: ClassVar[tuple[str, ...]] = ("onnx",)  # to check the graph's weights (harness/onnx_weights.py)
+    install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity[onnx]'"
 
     def declines(self, fixture: Fixture) -> str | None:
         return browser.declines_big(fixture)
 
     def missing_dependencies(self) -> list[str]:
-        return browser.missing(("onnxruntime-web",))
+        return [*super().missing_dependencies(), *browser.missing(("onnxruntime-web",))]
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:

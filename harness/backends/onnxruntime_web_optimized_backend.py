@@ -22,13 +22,14 @@ class OnnxRuntimeWebOptimizedBackend(Backend):
     name: ClassVar[str] = "onnxruntime-web-optimized"
     description: ClassVar[str] = "model.logits.onnx on onnxruntime-web (WebAssembly) at level 'all' (logits, probs)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
-    install_hint: ClassVar[str] = browser.INSTALL_HINT
+    requires: ClassVar[tuple[str, ...]] = ("onnx",)  # to check the graph's weights (harness/onnx_weights.py)
+    install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity[onnx]'"
 
     def declines(self, fixture: Fixture) -> str | None:
         return browser.declines_big(fixture)
 
     def missing_dependencies(self) -> list[str]:
-        return browser.missing(("onnxruntime-web",))
+        return [*super().missing_dependencies(), *browser.missing(("onnxruntime-web",))]
 
     def supported_taps(self, fixture: Fixture) -> list[str]:
         return ["logits", "probs"]
