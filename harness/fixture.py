@@ -30,7 +30,7 @@ from harness.errors import FixtureError
 from harness.input_files import MAX_MANIFEST_BYTES
 from harness.manifest import SEAL_KEY, manifest_digest, validate_manifest
 from harness.precision import DTYPES, PRECISIONS, Precision
-from harness.strict_json import StrictJSONError, load_strict
+from harness.strict_json import load_json_object
 from harness.tolerances import default_problems, override_problems, tap_range
 from reference.config import GPTConfig, param_shapes
 from reference.taps import tap_names as expected_tap_names
@@ -548,15 +548,7 @@ def _json(value: object) -> str:
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """manifest.json as strict JSON (no NaN, Infinity or repeated keys), a JSON object; FixtureError if not."""
-    try:
-        manifest = load_strict(path, "manifest", MAX_MANIFEST_BYTES)
-    except StrictJSONError as exc:
-        raise FixtureError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise FixtureError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not isinstance(manifest, dict):
-        raise FixtureError(f"{path}: the manifest must be a JSON object")
-    return manifest
+    return load_json_object(path, "manifest", MAX_MANIFEST_BYTES)
 
 
 def safe_name(root: Path, name: object, manifest_path: Path) -> Path:

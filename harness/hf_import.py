@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import FixtureError
-from harness.strict_json import StrictJSONError, load_strict
+from harness.strict_json import load_json_object
 from reference.config import GPTConfig, param_shapes
 
 Progress = Callable[[str], None]
@@ -78,16 +78,9 @@ def _positive_int(path: Path, key: str, value: object) -> int:
 
 def read_hf_config(path: Path) -> HFConfig:
     """parity's config from a transformers GPT2Config's config.json (strict JSON, every field checked)."""
-    try:
-        raw = load_strict(path)
-    except FileNotFoundError:
-        raise FixtureError(f"{path}: file not found (a Hugging Face checkpoint directory holds config.json)") from None
-    except StrictJSONError as exc:
-        raise FixtureError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise FixtureError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not isinstance(raw, dict):
-        raise FixtureError(f"{path}: not a JSON object")
+    if not path.exists():
+        raise FixtureError(f"{path}: file not found (a Hugging Face checkpoint directory holds config.json)")
+    raw = load_json_object(path, "config")
     if raw.get("model_type") != "gpt2":
         raise FixtureError(f"{path}: model_type {_show(raw.get('model_type'))} is not \"gpt2\"")
     architectures = raw.get("architectures", list(ARCHITECTURES[:1]))
@@ -227,14 +220,7 @@ def read_vocab(root: Path, vocab_size: int) -> list[str]:
     path = root / "vocab.json"
     if not path.is_file():
         return vocab
-    try:
-        table = load_strict(path)
-    except StrictJSONError as exc:
-        raise FixtureError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise FixtureError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not isinstance(table, dict):
-        raise FixtureError(f"{path}: not a JSON object of token -> id")
+    table = load_json_object(path, "vocabulary (token -> id)")
     for token, i in table.items():
         if type(i) is int and 0 <= i < vocab_size:
             vocab[i] = token

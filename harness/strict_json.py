@@ -91,3 +91,22 @@ def load_strict(path: Path, what: str = "manifest", max_bytes: int = MAX_BYTES) 
     except UnicodeDecodeError as exc:
         raise StrictJSONError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     return loads_strict(text)
+
+
+def load_json_object(path: Path, what: str, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+    """A JSON object read strictly from `path` (`load_strict`); FixtureError naming the file otherwise.
+
+    The one reader of parity's JSON inputs that are objects: the manifest, a checkpoint's config.json
+    and vocab.json.
+    """
+    from harness.errors import FixtureError
+
+    try:
+        value = load_strict(path, what, max_bytes)
+    except StrictJSONError as exc:
+        raise FixtureError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise FixtureError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not isinstance(value, dict):
+        raise FixtureError(f"{path}: the {what} must be a JSON object")
+    return value
