@@ -25,7 +25,7 @@ from harness.compare import FAIL, CheckResult, FirstDivergence, TapSummary
 from harness.guard import one_line
 from harness.input_files import MAX_REPORT_BYTES, InputFileError, read_input_bytes
 from harness.report import SCHEMA_VERSION, report_json
-from harness.report_check import MergeError, check_report, check_types
+from harness.report_check import MergeError, check_report
 from harness.results import BackendRun, Report
 from harness.strict_json import StrictJSONError, loads_strict
 
@@ -182,7 +182,6 @@ def read_shard(path: Path, doc: dict[str, Any]) -> Report:
         if not isinstance(doc["decoding"], dict):
             raise MergeError(f"{path}: malformed report: 'decoding' is not an object")
         shard.decoding = _read_decoding(path, doc["decoding"])
-    check_types(path, shard)  # before anything is derived from the rows
     check_report(path, doc, shard, report_json(shard))
     return shard
 

@@ -81,39 +81,6 @@ def _strings(path: Path, row: object, names: Iterable[str], what: str) -> None:
             raise MergeError(f"{path}: malformed report: an entry of {what!r} has a {name!r} that is not a string")
 
 
-def _numbers(path: Path, row: object, names: Iterable[str], what: str, optional: bool = True) -> None:
-    for name in names:
-        value = getattr(row, name)
-        if not (isinstance(value, int | float) and not isinstance(value, bool)) and not (optional and value is None):
-            raise MergeError(f"{path}: malformed report: an entry of {what!r} has a {name!r} that is not a number")
-
-
-def check_types(path: Path, shard: Report) -> None:
-    """The fields the checks and the views compute with have their types (before anything is derived)."""
-    for r in shard.results:
-        _strings(path, r, ("backend", "precision", "golden", "case", "tap", "status", "message"), "results")
-        _numbers(path, r, ("atol", "rtol"), "results", optional=False)
-        _numbers(path, r, ("max_abs", "max_rel", "min_atol"), "results")
-    for s in shard.summaries:
-        _strings(path, s, ("backend", "precision", "golden", "tap", "status"), "taps")
-    for run in shard.runs:
-        _strings(path, run, ("backend", "precision", "status", "message"), "runs")
-    for d in shard.divergences:
-        _strings(path, d, ("backend", "precision", "golden", "tap", "case"), "first_divergence")
-    dec = shard.decoding
-    if dec is None:
-        return
-    for c in dec.checks:
-        _strings(path, c, ("backend", "precision", "golden", "case", "tap", "message"), "decoding.results")
-        if type(c.step) is not int:
-            raise MergeError(f"{path}: malformed report: an entry of 'decoding.results' has a 'step' that is not "
-                             "an integer")
-    for g in dec.greedy:
-        _strings(path, g, ("backend", "precision", "prompt", "status"), "decoding.greedy")
-    for dr in dec.runs:
-        _strings(path, dr, ("backend", "precision"), "decoding.runs")
-
-
 def _tolerance(tiers: dict[str, Any], golden: str, tap: str) -> tuple[Any, Any] | None:
     """(atol, rtol) the report's tolerances give `tap` in tier `golden`; None if they are not in the known shape."""
     tier = tiers.get(golden)

@@ -209,9 +209,10 @@ def test_serve_refuses_at_start_a_symlink_out_of_the_fixture(name: str, fixture_
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     _link_out(name)(fixture_copy, outside)
-    load_fixture(fixture_copy)  # the hashes match: only the link is wrong
+    # The hashes match: only the link is wrong. A data file the manifest lists is refused by every
+    # command that loads the fixture (harness/fixture.py, fixture_file); the manifest itself by serve.
     proc = run_cli("serve", "--fixture", str(fixture_copy), "--port", "0", timeout=120)
-    assert_exit_2_one_line(proc, name, "outside the fixture directory", "does not follow links")
+    assert_exit_2_one_line(proc, name, "outside the fixture directory")
     with pytest.raises(FixtureError, match="outside the fixture directory"):
         routes(_page(tmp_path), fixture_copy)
 

@@ -89,8 +89,8 @@ def test_a_failing_shard_makes_the_merge_fail(
     (lambda r: r.pop("fixture_id"), "has no fixture_id"),
     (lambda r: r.update(schema="something-else"), "not a parity report"),
     (lambda r: r.update(results="oops"), "'results' is not a list"),
-    (lambda r: r["results"][0].update(backend=["x"]), "'backend' that is not a string"),
-    (lambda r: r["results"][0].update(max_abs="big"), "'max_abs' that is not a number"),
+    (lambda r: r["results"][0].update(backend=["x"]), 'results.backend is ["x"], expected str'),
+    (lambda r: r["results"][0].update(max_abs="big"), 'results.max_abs is "big", expected float'),
     (lambda r: r.update(usable="yes"), "'usable' is 'yes'"),
 ])
 def test_reports_that_cannot_be_merged_exit_2_naming_the_file(

@@ -171,15 +171,20 @@ def test_write_seal_on_a_full_disk_leaves_the_manifest_as_it_was(tmp_path: Path,
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
-def test_write_a_report_on_a_full_disk_keeps_the_previous_report(tmp_path: Path) -> None:
+def test_write_a_report_on_a_full_disk_leaves_a_whole_file_never_a_truncated_one(tmp_path: Path) -> None:
+    """The report does not fit: no truncated JSON. What the path then holds is the small unusable marker
+    (docs/reports.md: a run that ends in exit 2 must not leave an earlier report that merge would take for
+    its own), written whole, and no temporary file is left beside it."""
     (tmp_path / "r.json").write_text('{"previous": "report"}')
-    before = tree_hash(tmp_path)
     proc = run_with_small_disk("run", "--backends", "numpy", "--precision", "fp64", "-q", "--json",
                                str(tmp_path / "r.json"))
     assert proc.returncode == 2, (proc.stdout[-500:], proc.stderr[-1500:])
     lines = proc.stderr.splitlines()  # the verdict was printed; the report could not be written: one line, exit 2
     assert len(lines) == 1 and "cannot write the JSON report (File too large)" in lines[0], lines
-    assert "Traceback" not in proc.stderr and tree_hash(tmp_path) == before
+    assert "Traceback" not in proc.stderr
+    marker = json.loads((tmp_path / "r.json").read_text())
+    assert marker["usable"] is False and marker["exit_code"] == 2 and "File too large" in marker["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
 def test_write_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path: Path) -> None:
