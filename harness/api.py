@@ -24,7 +24,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from harness.backends.base import PRECISIONS, Backend, Precision
 from harness.backends.boundary import GuardedBackend, guarded
@@ -106,7 +106,7 @@ def _precisions(precisions: PrecisionLike) -> list[Precision]:
         if p == "all":
             wanted += PRECISIONS
         elif p in PRECISIONS:
-            wanted.append(cast(Precision, p))
+            wanted.append(p)
         else:
             raise ParityError(f"precision {p!r}: expected fp32, fp64 or all")
     return list(dict.fromkeys(wanted))
@@ -132,7 +132,8 @@ def _backend(spec: object) -> GuardedBackend:
 
 
 def _backends(backends: BackendLike | Sequence[BackendLike]) -> list[GuardedBackend]:
-    specs: list[object] = [backends] if isinstance(backends, (str, Backend, GuardedBackend)) else list(backends)
+    many = isinstance(backends, Sequence) and not isinstance(backends, str)
+    specs: list[object] = list(backends) if many else [backends]  # type: ignore[arg-type]
     if not specs:
         raise ParityError("backends: give at least one backend (a registered name or a Backend instance)")
     chosen = [_backend(s) for s in specs]

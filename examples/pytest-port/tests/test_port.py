@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from my_port import LyingPort, MyPort
 
 
@@ -29,5 +28,5 @@ def test_asking_for_a_precision_the_port_does_not_compute_in_is_not_a_pass(parit
         name = "fp64-only-port"
         precisions = ("fp64",)
 
-    with pytest.raises(parity.ParityAssertionError, match="^nothing was compared"):
+    with pytest.raises(parity.ParityAssertionError, match=r"^nothing was compared"):
         parity.assert_agrees(Fp64Only(), precision="fp32")
