@@ -16,8 +16,8 @@ See docs/api.md.
 
 from __future__ import annotations
 
-from pathlib import Path
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
