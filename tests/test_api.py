@@ -359,8 +359,10 @@ def test_plugin_a_lying_port_fails_naming_the_tap(tmp_path: Path) -> None:
     example = copy_example(tmp_path / "example")
     proc = run_pytest(example, *plugin_args(), "-q", "demo", "--junitxml", str(tmp_path / "junit.xml"))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert f"E       harness.api.ParityAssertionError: first divergence at {LYING_TAP}: lying-port fp64 vs fp64" \
-        in proc.stdout, proc.stdout[-3000:]
+    shown = [ln for ln in proc.stdout.splitlines() if ln.startswith("E ") and "ParityAssertionError" in ln]
+    assert len(shown) == 1, proc.stdout[-3000:]  # the message's first line, on pytest's "E" line
+    assert shown[0].split(None, 1)[1].startswith(
+        f"harness.api.ParityAssertionError: first divergence at {LYING_TAP}: lying-port fp64 vs fp64"), shown
     assert "1 failed" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
     failure = ET.parse(tmp_path / "junit.xml").getroot().find(".//testcase/failure")
     assert failure is not None
