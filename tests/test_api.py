@@ -352,7 +352,7 @@ def test_plugin_import_is_cheap() -> None:
 def test_plugin_the_example_suite_passes(tmp_path: Path) -> None:
     proc = run_pytest(copy_example(tmp_path / "example"), *plugin_args(), "-q")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "4 passed" in proc.stdout
+    assert "5 passed" in proc.stdout
 
 
 def test_plugin_a_lying_port_fails_naming_the_tap(tmp_path: Path) -> None:
@@ -463,7 +463,7 @@ def test_install_the_example_suite_passes_through_the_entry_point(installed_pyth
         where.stdout + where.stderr
     proc = run_pytest(example, "-q", python=str(python), env=child_env())  # no -p: the entry point loads it
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "4 passed" in proc.stdout
+    assert "5 passed" in proc.stdout
 
 
 def test_install_the_lying_example_fails_naming_the_tap(installed_python: tuple[Path, Path], tmp_path: Path) -> None:

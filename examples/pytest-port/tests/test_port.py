@@ -30,3 +30,10 @@ def test_asking_for_a_precision_the_port_does_not_compute_in_is_not_a_pass(parit
 
     with pytest.raises(parity.ParityAssertionError, match=r"^nothing was compared"):
         parity.assert_agrees(Fp64Only(), precision="fp32")
+
+
+def test_several_backends_in_one_report_for_ci(parity, tmp_path):
+    report = parity.run(["numpy", MyPort()], precisions="fp64", decoding=False)
+    assert report, parity.render(report)  # on failure, the whole terminal report
+    xml = parity.render(report, "junit", tmp_path / "parity.xml")  # one testcase per backend x tier x tap
+    assert xml.count("<testcase ") == 2 * 2 * 43
