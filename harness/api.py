@@ -17,11 +17,9 @@ a falsy Report or, from `assert_agrees`, a `ParityAssertionError`. See docs/api.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
@@ -196,7 +194,8 @@ def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | 
            verbose: bool = False) -> str:
     """The report as text in one of the existing views: "text" (the terminal report), "json" (the
     documented schema, harness/report.py), "junit" (XML) or "markdown". With `path`, also written
-    there (a temporary file in the same directory, then renamed over `path`); returns the text."""
+    there as `parity run` writes its reports (never inside the report's fixture directory; a temporary
+    file in the same directory, then renamed over `path`); returns the text."""
     if fmt == "text":
         from harness.report import print_report
 
@@ -220,25 +219,20 @@ def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | 
     else:
         raise ParityError(f"fmt {fmt!r}: expected one of {', '.join(FORMATS)}")
     if path is not None:
-        _write(Path(path), text, fmt)
+        _write(report, os.fspath(path), text, fmt)
     return text
 
 
-def _write(path: Path, text: str, fmt: str) -> None:
-    """`text` to `path` through a temporary file in the same directory: `path` is whole or untouched."""
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ParityError(f"{path}: cannot write the {fmt} report ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise ParityError(f"{path}: cannot write the {fmt} report ({exc.strerror or exc})") from None
+LABELS = {"text": "text report", "json": "JSON report", "junit": "JUnit file", "markdown": "Markdown summary"}
+
+
+def _write(report: Report, path: str, text: str, fmt: str) -> None:
+    """`text` to `path` as the CLI writes its reports: checked first (never inside the report's fixture
+    directory, writable), then a temporary file renamed over it (harness/report_paths.py, safe_write.py)."""
+    from harness.report_paths import check_output_paths, write_report_text
+
+    check_output_paths({"render path": path}, input_dirs={report.fixture: "the fixture directory"})
+    write_report_text(Path(path), text, LABELS[fmt])
 
 
 # -- asserting -------------------------------------------------------------------------------------
@@ -271,6 +265,7 @@ def failure_message(report: Report) -> str:
     harness/decode_report.py), then its verdict line. '' when the report passes.
     """
     from harness.report import divergence_paragraph, verdict_line
+    from harness.sanitize import safe_line
 
     if report:
         return ""
@@ -286,7 +281,7 @@ def failure_message(report: Report) -> str:
     if report.decoding is not None and report.decoding.n_failed:
         lines += _decoding_lines(report, headline=not lines)
     lines.append(verdict_line(report))
-    return "\n".join(lines)
+    return "\n".join(safe_line(line) for line in lines)  # this view's sink: outside strings made safe
 
 
 def _headline(d: FirstDivergence) -> str:

@@ -12,6 +12,7 @@ import importlib.metadata
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -306,14 +307,36 @@ def test_render_replaces_a_file_whole_and_leaves_no_temporary(failing_report: Re
 
 @pytest.mark.parametrize(("fmt", "where", "needle"), [
     ("html", None, "fmt 'html': expected one of text, json, junit, markdown"),
-    ("json", "missing-dir/r.json", "cannot write the json report"),
-], ids=["render-unknown-format", "render-unwritable-path"])
+    ("json", "missing-dir/r.json", "cannot write the render path (No such file or directory)"),
+    ("json", "", "render path: an empty path"),
+], ids=["render-unknown-format", "render-unwritable-path", "render-empty-path"])
 def test_render_bad_input_is_one_line_parityerror(failing_report: Report, tmp_path: Path, fmt: str,
                                                   where: str | None, needle: str) -> None:
-    with pytest.raises(ParityError, match=needle) as caught:
-        api.render(failing_report, fmt, tmp_path / where if where else None)  # type: ignore[arg-type]
+    with pytest.raises(ParityError, match=re.escape(needle)) as caught:
+        api.render(failing_report, fmt, None if where is None else str(tmp_path / where) if where else "")  # type: ignore[arg-type]
     assert "\n" not in str(caught.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_render_never_writes_into_the_fixture_directory(tmp_path: Path) -> None:
+    fixture = shutil.copytree(default_fixture_dir(), tmp_path / "toy")
+    report = api.run("numpy", str(fixture), "fp32", decoding=False)
+    before = sorted(p.name for p in fixture.iterdir())
+    with pytest.raises(ParityError, match="is inside the fixture directory") as caught:
+        api.render(report, "json", fixture / "manifest.json")
+    assert "\n" not in str(caught.value)
+    assert sorted(p.name for p in fixture.iterdir()) == before
+    assert (fixture / "manifest.json").read_bytes() == (default_fixture_dir() / "manifest.json").read_bytes()
+
+
+def test_assert_message_is_made_safe_at_its_sink(toy: Fixture) -> None:
+    """A case name from outside with an escape sequence and a carriage return cannot fake a line."""
+    report = api.run(LiesAt(), toy, "fp32", decoding=False)
+    report.divergences[0].case = "evil\x1b[2K\rPASS"
+    message = api.failure_message(report)
+    assert "\x1b" not in message and "\r" not in message
+    assert "evil\\x1b[2K PASS" in message.splitlines()[0]
+    assert len(message.splitlines()) == 1 + len(report.divergences) + 1
 
 
 # -- plugin: pytest with the `parity` fixture, in a subprocess -------------------------------------
