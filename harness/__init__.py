@@ -1,7 +1,22 @@
 """parity's harness: load a fixture, run every backend on it, and compare every tap.
 
 Importing it is cheap: numpy and safetensors only. torch, onnxruntime and Node are loaded by
-the backends that need them, when they run.
+the backends that need them, when they run. The public Python API is one module, `harness.api`
+(`from harness import api`, or `harness.api` after `import harness`: loaded on first use);
+docs/api.md describes it.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`harness.api`, imported on first use, so `import harness` stays cheap."""
+    if name == "api":
+        import importlib
+
+        return importlib.import_module("harness.api")
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -64,6 +64,11 @@ class Report:
     def passed(self) -> bool:
         return self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
 
+    def __bool__(self) -> bool:
+        """A Report is truthy exactly when it passes (`passed`, `exit_code` 0): false on a disagreement
+        and when nothing was compared, so `assert report` never passes on nothing."""
+        return self.passed
+
     def taps_compared(self) -> dict[str, tuple[int, int]]:
         """Per backend (in run order): how many taps were compared in any tier, of the fixture's taps."""
         compared: dict[str, set[str]] = {}
