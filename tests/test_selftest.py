@@ -139,13 +139,13 @@ def test_every_anchor_matches_the_current_source_once(mutant: Mutant) -> None:
 
 
 def test_missing_anchor_is_a_clear_error() -> None:
-    bad = Mutant("ts-rotten", "typescript", "model.ts", (("const rootDh = Math.sqrt(d_head);", "x"),),
+    bad = Mutant("ts-rotten", "typescript", "model/model.ts", (("const rootDh = Math.sqrt(d_head);", "x"),),
                  "an anchor the model no longer contains", "blocks.0.attn.hook_attn_scores", False)
-    source = (TARGET_DIRS["typescript"] / "model.ts").read_text(encoding="utf-8")
+    source = (TARGET_DIRS["typescript"] / "model" / "model.ts").read_text(encoding="utf-8")
     with pytest.raises(MutantAnchorError) as info:
         bad.apply(source)
     message = str(info.value)
-    assert "'ts-rotten'" in message and "not found" in message and "typescript/model.ts" in message
+    assert "'ts-rotten'" in message and "not found" in message and "typescript/model/model.ts" in message
     assert "Math.sqrt(d_head)" in message and "\n" not in message
 
 
@@ -159,11 +159,11 @@ def test_repeated_anchor_is_a_clear_error() -> None:
 
 def test_a_later_patch_sees_the_earlier_ones() -> None:
     """Patches apply in order, and each anchor is checked against the text patched so far."""
-    twice = Mutant("ts-twice", "typescript", "model.ts",
+    twice = Mutant("ts-twice", "typescript", "model/model.ts",
                    (("const rootDh = Math.sqrt(dh);", "const rootDh = Math.sqrt(d);"),
                     ("const rootDh = Math.sqrt(dh);", "x")), "", "blocks.0.attn.hook_attn_scores", False)
     with pytest.raises(MutantAnchorError, match="not found"):
-        twice.apply((TARGET_DIRS["typescript"] / "model.ts").read_text(encoding="utf-8"))
+        twice.apply((TARGET_DIRS["typescript"] / "model" / "model.ts").read_text(encoding="utf-8"))
 
 
 def test_rotten_catalog_exits_2_through_the_cli(
