@@ -96,8 +96,12 @@ def _python_comment_spans(text: str) -> list[tuple[int, int]]:
     for line in text.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
 
-    def offset(row: int, col: int) -> int:  # ast's col_offset counts UTF-8 bytes, tokenize's characters
+    def offset(row: int, col: int) -> int:
         return starts[row - 1] + col
+
+    def ast_offset(row: int, byte_col: int) -> int:  # ast counts UTF-8 bytes into the line, tokenize characters
+        line = text[starts[row - 1]:starts[row]]
+        return offset(row, len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore")))
 
     try:
         spans = [(offset(*tok.start), offset(*tok.end)) for tok in tokenize.generate_tokens(io.StringIO(text).readline)
@@ -109,10 +113,10 @@ def _python_comment_spans(text: str) -> list[tuple[int, int]]:
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str) and first.end_lineno is not None):
-                line = text[starts[first.lineno - 1]:starts[first.lineno]]
-                col = len(line.encode("utf-8")[:first.col_offset].decode("utf-8"))
-                spans.append((offset(first.lineno, col), starts[first.end_lineno]))  # to the end of its last line
+                    and isinstance(first.value.value, str)
+                    and first.end_lineno is not None and first.end_col_offset is not None):
+                spans.append((ast_offset(first.lineno, first.col_offset),
+                              ast_offset(first.end_lineno, first.end_col_offset)))
     return spans
 
 

@@ -10,8 +10,8 @@ Which Node (the first that exists):
 3. `node` on PATH, if it can run TypeScript (type stripping on by default: Node >= 22.18 on the
    22 line, >= 23.6 after).
 Other settings: `PARITY_TS_DIR` (a directory laid out as `ts_model/`: the model in `model/`, the Node
-entry points in `node/`; default `ts_model/` of the checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds, default 120 plus
-2 s per million parameters).
+entry points in `node/`; default `ts_model/` of the checkout, or its copy installed with parity) and
+`PARITY_NODE_TIMEOUT` (seconds, default 120 plus 2 s per million parameters).
 """
 
 from __future__ import annotations

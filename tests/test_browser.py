@@ -231,9 +231,10 @@ def test_an_error_on_the_pages_console_is_exit_2(toy_dir: Path, session_tmp: Pat
     ts = tmp_path / "ts_model"
     shutil.copytree(REPO / "ts_model", ts, ignore=shutil.ignore_patterns("tests"))
     anchor = "export function runWithTaps(params: Params, config: GPTConfig, tokens: readonly number[]): Taps {\n"
-    source = (ts / "model" / "model.ts").read_text()
+    model = ts / "model" / "model.ts"
+    source = model.read_text()
     assert source.count(anchor) == 1
-    (ts / "model" / "model.ts").write_text(source.replace(anchor, anchor + '  console.error("planted console error");\n'))
+    model.write_text(source.replace(anchor, anchor + '  console.error("planted console error");\n'))
     proc = run_cli("run", "--fixture", str(toy_dir), "--backends", "typescript-browser",
                    env=env(session_tmp, PARITY_TS_DIR=str(ts)))
     assert "error on the page's console: planted console error" in one_line_error(proc)

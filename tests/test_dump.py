@@ -233,7 +233,8 @@ def _node() -> str:
 def test_the_node_written_dump_passes_compare(tmp_path: Path) -> None:
     node = _node()
     out = tmp_path / "ts.safetensors"
-    proc = subprocess.run([node, str(REPO / "ts_model" / "node" / "dump.mts"), str(REPO / "fixtures" / "toy"), str(out)],
+    script = REPO / "ts_model" / "node" / "dump.mts"
+    proc = subprocess.run([node, str(script), str(REPO / "fixtures" / "toy"), str(out)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     _, meta = read_dump(out)

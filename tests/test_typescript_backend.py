@@ -213,13 +213,14 @@ def test_node_on_path_is_version_checked(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_verify_mjs_says_in_one_line_when_node_cannot_run_typescript(node_available: str) -> None:
     """verify.mjs is plain JavaScript: on a Node without type stripping (Node 20, or stripping turned off,
     as here) it prints one line naming the Node and the fix, exit 2, no stack trace."""
-    proc = subprocess.run([node_available, "--no-experimental-strip-types", str(REPO / "ts_model" / "node" / "verify.mjs")],
+    verify = str(REPO / "ts_model" / "node" / "verify.mjs")
+    proc = subprocess.run([node_available, "--no-experimental-strip-types", verify],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("verify: error: this Node (v"), proc.stderr
     assert "needs Node >= 22.18" in lines[0] and "parity verify-ts" in lines[0]
-    ok = subprocess.run([node_available, str(REPO / "ts_model" / "node" / "verify.mjs")], capture_output=True, text=True,
+    ok = subprocess.run([node_available, verify], capture_output=True, text=True,
                         timeout=60, check=False)
     assert ok.returncode == 0 and "verify-forward: OK" in ok.stdout, ok.stdout + ok.stderr
 

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 class TypeScriptBrowserBackend(Backend):
     name: ClassVar[str] = "typescript-browser"
-    description: ClassVar[str] = "ts_model/model/model.ts bundled by esbuild, in headless Chrome (puppeteer-core), float64"
+    description: ClassVar[str] = "ts_model/model/model.ts bundled by esbuild, in headless Chrome (puppeteer-core), " \
+        "float64"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
     install_hint: ClassVar[str] = browser.INSTALL_HINT
     streams: ClassVar[bool] = False  # the browser driver returns every case at once (run)
