@@ -1,6 +1,6 @@
 """The mutant catalog: realistic porting bugs, each a small exact-string patch of an implementation.
 
-A mutant patches a temporary copy of one file: `ts_model/model.ts` (target "typescript", run by
+A mutant patches a temporary copy of one file: `ts_model/model/model.ts` (target "typescript", run by
 the typescript backend through `PARITY_TS_DIR`) or `reference/model.py` (target "reference",
 loaded as a module and run like the pytorch backend in float32 and float64). Each patch is an
 (anchor, replacement) pair whose anchor must occur exactly once in the file, and in its code: a

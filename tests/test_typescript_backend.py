@@ -1,4 +1,4 @@
-"""The TypeScript backend: Node runs ts_model/run.ts on a fixture and its taps match the golden files.
+"""The TypeScript backend: Node runs ts_model/node/run.ts on a fixture and its taps match the golden files.
 
 Uses fixtures/toy when it exists, else a fixture of random weights
 (`tests.fixture_builders.build_random_fixture`, torch needed). Set PARITY_TEST_FIXTURE to use
