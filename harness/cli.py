@@ -401,15 +401,15 @@ def cmd_check_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_ts(args: argparse.Namespace) -> int:
-    """The Node-only check (ts_model/verify-forward.mts) run with the Node the typescript backend uses."""
+    """The Node-only check (ts_model/node/verify-forward.mts) run with the Node the typescript backend uses."""
     import subprocess
 
-    from harness.node import find_node, timeout_seconds, ts_dir
+    from harness.node import find_node, timeout_seconds, ts_script
 
     node = find_node()
-    script = ts_dir() / "verify-forward.mts"
+    script = ts_script("verify-forward.mts")
     if not script.is_file():
-        raise ParityError(f"{script}: not found (set PARITY_TS_DIR to a directory holding verify-forward.mts)")
+        raise ParityError(f"{script}: not found (set PARITY_TS_DIR to a directory holding node/verify-forward.mts)")
     fixture = Path(args.fixture)
     if not (fixture / "manifest.json").is_file():
         raise ParityError(f"{fixture / 'manifest.json'}: file not found")

@@ -10,7 +10,7 @@
 `canonical_json` is RFC 8785 (the JSON Canonicalization Scheme): object keys sorted, no
 whitespace, strings as ECMAScript's JSON.stringify writes them (UTF-8, only `"`, `\\` and control
 characters escaped), numbers as ECMAScript writes them (`1e-05` is `0.00001`, `8.0` is `8`). In
-JavaScript that is `JSON.stringify` with sorted keys (ts_model/dump-format.ts).
+JavaScript that is `JSON.stringify` with sorted keys (ts_model/node/dump-format.ts).
 
 The golden files and the tolerances are left out on purpose: goldens regenerated from the same
 weights on another CPU (a few ulps apart) or a retuned tolerance keep the fixture's id, so dumps

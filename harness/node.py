@@ -1,6 +1,6 @@
 """Finding and running Node for the backends written in TypeScript (typescript, typescript-browser).
 
-Node runs a script of `ts_model/` that writes its taps to a safetensors file under "{case}/{tap}";
+Node runs a script of `ts_model/node/` that writes its taps to a safetensors file under "{case}/{tap}";
 `run_node` starts it in its own process group with a timeout, `split_by_case` reads the taps back.
 
 Which Node (the first that exists):
@@ -9,9 +9,9 @@ Which Node (the first that exists):
    importing it: `<package dir>/bin/node` (`node.exe` in the package dir on Windows);
 3. `node` on PATH, if it can run TypeScript (type stripping on by default: Node >= 22.18 on the
    22 line, >= 23.6 after).
-Other settings: `PARITY_TS_DIR` (a directory holding run.ts and model.ts, default `ts_model/` of the
-checkout, or its copy installed with parity) and `PARITY_NODE_TIMEOUT` (seconds, default 120 plus
-2 s per million parameters).
+Other settings: `PARITY_TS_DIR` (a directory laid out as `ts_model/`: the model in `model/`, the Node
+entry points in `node/`; default `ts_model/` of the checkout, or its copy installed with parity) and
+`PARITY_NODE_TIMEOUT` (seconds, default 120 plus 2 s per million parameters).
 """
 
 from __future__ import annotations
@@ -46,9 +46,19 @@ NODE_HELP = (
 
 
 def ts_dir() -> Path:
-    """The directory holding run.ts and model.ts: `PARITY_TS_DIR`, else ts_model/ (checkout or wheel)."""
+    """The directory holding model/ and node/: `PARITY_TS_DIR`, else ts_model/ (checkout or wheel)."""
     override = os.environ.get("PARITY_TS_DIR")
     return Path(override) if override else ts_model_dir()
+
+
+def ts_script(name: str) -> Path:
+    """A Node entry point of the TypeScript model (run.ts, run-decode.ts, verify-forward.mts): ts_dir()/node/NAME."""
+    return ts_dir() / "node" / name
+
+
+def ts_model_file(name: str) -> Path:
+    """A file of the model itself (model.ts, erf.ts, ...), the part that runs anywhere: ts_dir()/model/NAME."""
+    return ts_dir() / "model" / name
 
 
 def _wheel_node() -> Path | None:

@@ -1,6 +1,7 @@
 """Where parity's files that are not Python live: the TypeScript model, the toy and stress fixtures.
 
-In a source checkout (an editable install) they are `ts_model/`, `fixtures/toy/` and `fixtures/toy-stress/`
+In a source checkout (an editable install) they are `ts_model/` (the model in `model/`, the Node entry points
+in `node/`), `fixtures/toy/` and `fixtures/toy-stress/`
 beside `harness/`; in an installed wheel they are package data, `harness/_ts_model/`, `harness/_toy_fixture/`
 and `harness/_stress_fixture/` (pyproject.toml maps the directories there). This is the one place that
 knows both layouts.
@@ -19,8 +20,9 @@ def _first_existing(*candidates: Path) -> Path:
 
 
 def ts_model_dir() -> Path:
-    """The directory holding run.ts and model.ts: the checkout's ts_model/, else the wheel's copy."""
-    return _first_existing(CHECKOUT_DIR / "ts_model" / "run.ts", PACKAGE_DIR / "_ts_model" / "run.ts").parent
+    """The directory holding model/model.ts and node/run.ts: the checkout's ts_model/, else the wheel's copy."""
+    return _first_existing(CHECKOUT_DIR / "ts_model" / "node" / "run.ts",
+                           PACKAGE_DIR / "_ts_model" / "node" / "run.ts").parent.parent
 
 
 def toy_fixture_dir() -> Path:

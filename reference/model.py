@@ -2,7 +2,7 @@
 
 One readable file in dataflow order, in the spirit of nanoGPT's `model.py`. The forward pass is a
 set of plain functions over a parameter dictionary keyed by Hugging Face GPT-2 names, so that
-`ts_model/model.ts` can mirror it function by function:
+`ts_model/model/model.ts` can mirror it function by function:
 
     sinusoidal_positions, layer_norm, gelu, attention, mlp, block, unembed, forward
 

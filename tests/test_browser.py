@@ -227,13 +227,27 @@ def test_a_browser_that_hangs_is_a_timeout_and_is_killed(toy_dir: Path, session_
     assert not processes_mentioning(f"sleep {marker}")
 
 
+def test_a_node_import_reached_from_the_page_is_exit_2(toy_dir: Path, session_tmp: Path, tmp_path: Path) -> None:
+    """The bundle has no stand-ins for Node modules (the model needs none): a node: import cannot be bundled."""
+    ts = tmp_path / "ts_model"
+    shutil.copytree(REPO / "ts_model", ts, ignore=shutil.ignore_patterns("tests"))
+    fixture_ts = ts / "model" / "fixture.ts"
+    fixture_ts.write_text('import { readFileSync } from "node:fs";\nexport const probe = readFileSync;\n'
+                          + fixture_ts.read_text())
+    proc = run_cli("run", "--fixture", str(toy_dir), "--backends", "typescript-browser",
+                   env=env(session_tmp, PARITY_TS_DIR=str(ts)))
+    line = one_line_error(proc)
+    assert "node:fs imported by" in line and "fixture.ts" in line and "cannot import Node modules" in line, line
+
+
 def test_an_error_on_the_pages_console_is_exit_2(toy_dir: Path, session_tmp: Path, tmp_path: Path) -> None:
     ts = tmp_path / "ts_model"
     shutil.copytree(REPO / "ts_model", ts, ignore=shutil.ignore_patterns("tests"))
     anchor = "export function runWithTaps(params: Params, config: GPTConfig, tokens: readonly number[]): Taps {\n"
-    source = (ts / "model.ts").read_text()
+    model = ts / "model" / "model.ts"
+    source = model.read_text()
     assert source.count(anchor) == 1
-    (ts / "model.ts").write_text(source.replace(anchor, anchor + '  console.error("planted console error");\n'))
+    model.write_text(source.replace(anchor, anchor + '  console.error("planted console error");\n'))
     proc = run_cli("run", "--fixture", str(toy_dir), "--backends", "typescript-browser",
                    env=env(session_tmp, PARITY_TS_DIR=str(ts)))
     assert "error on the page's console: planted console error" in one_line_error(proc)

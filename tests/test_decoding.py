@@ -171,9 +171,9 @@ def test_generate_prints_every_backend_side_by_side() -> None:
 def test_generate_exits_1_when_a_port_continues_differently(tmp_path: Path) -> None:
     ts = tmp_path / "ts_model"
     shutil.copytree(REPO / "ts_model", ts, ignore=shutil.ignore_patterns("tests"))
-    source = (ts / "model.ts").read_text()
+    source = (ts / "model" / "model.ts").read_text()
     assert source.count(MASK_ANCHOR) == 1
-    (ts / "model.ts").write_text(source.replace(MASK_ANCHOR, "config.causal && j > 0 ?"))
+    (ts / "model" / "model.ts").write_text(source.replace(MASK_ANCHOR, "config.causal && j > 0 ?"))
     proc = run_cli("generate", "--prompt", "the cat", "--backends", "numpy,typescript",
                    env={"PARITY_TS_DIR": str(ts)})
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -233,7 +233,8 @@ def _node() -> str:
 def test_the_node_written_dump_passes_compare(tmp_path: Path) -> None:
     node = _node()
     out = tmp_path / "ts.safetensors"
-    proc = subprocess.run([node, str(REPO / "ts_model" / "dump.mts"), str(REPO / "fixtures" / "toy"), str(out)],
+    script = REPO / "ts_model" / "node" / "dump.mts"
+    proc = subprocess.run([node, str(script), str(REPO / "fixtures" / "toy"), str(out)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     _, meta = read_dump(out)
@@ -247,13 +248,13 @@ def test_the_node_written_dump_passes_compare(tmp_path: Path) -> None:
 
 
 def test_canonical_json_matches_javascript(tmp_path: Path) -> None:
-    """RFC 8785 numbers and strings as Node's JSON.stringify writes them, through ts_model/dump-format.ts."""
+    """RFC 8785 numbers and strings as Node's JSON.stringify writes them, through ts_model/node/dump-format.ts."""
     node = _node()
     values = [1e-05, 1e-7, 1.5e-7, 0.1, 100.0, 123.456, 1e21, 1e20, 2.0**-1074, -0.5, 1.7976931348623157e308,
               12, -3, 2**53, True, None, "é \u2028 \x01\n\"\\ \U0001f600", {"b": 1, "a": [1, {"é": 2, "e": 3}]}]
     script = tmp_path / "canon.mts"
     script.write_text(
-        f'import {{ canonicalJson }} from "{(REPO / "ts_model" / "dump-format.ts").as_uri()}";\n'
+        f'import {{ canonicalJson }} from "{(REPO / "ts_model" / "node" / "dump-format.ts").as_uri()}";\n'
         'import { readFileSync } from "node:fs";\n'
         'process.stdout.write(canonicalJson(JSON.parse(readFileSync(0, "utf-8"))));\n'
     )

@@ -39,9 +39,13 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_holds_the_typescript_model_and_the_fixtures(unpacked_wheel: Path) -> None:
     ts = unpacked_wheel / "harness" / "_ts_model"
-    assert {"model.ts", "run.ts", "fixture.ts", "safetensors.ts", "erf.ts", "verify-forward.mts", "verify.mjs"} <= \
-        {p.name for p in ts.iterdir()}
-    assert not (ts / "tests").exists()
+    shipped = {p.relative_to(ts).as_posix() for p in ts.rglob("*") if p.is_file()}
+    for sub in ("model", "node"):  # every model file and Node entry point of the checkout, nothing else
+        assert {f"{sub}/{p.name}" for p in (REPO / "ts_model" / sub).iterdir() if p.suffix in (".ts", ".mts", ".mjs")} \
+            <= shipped
+    assert {"model/model.ts", "model/erf.ts", "node/run.ts", "node/run-decode.ts", "node/verify-forward.mts",
+            "node/verify.mjs"} <= shipped
+    assert {p.split("/")[0] for p in shipped} == {"model", "node"}  # not tests/, browser/, web/ (a checkout's)
     toy = unpacked_wheel / "harness" / "_toy_fixture"
     assert {p.name for p in toy.iterdir()} == {p.name for p in (REPO / "fixtures" / "toy").iterdir()}
     stress = unpacked_wheel / "harness" / "_stress_fixture"  # for `parity selftest`'s stability mutants

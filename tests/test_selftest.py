@@ -21,7 +21,7 @@ import harness.cli
 import harness.mutants
 from harness.errors import ParityError
 from harness.fixture import Fixture, load_fixture
-from harness.mutants import CATALOG, STABILITY, TARGET_DIRS, Mutant, MutantAnchorError, by_name
+from harness.mutants import CATALOG, STABILITY, TARGET_DIRS, Mutant, MutantAnchorError, Target, by_name, comment_spans
 from harness.selftest import run_selftest
 from tests.conftest import REPO, run_cli
 
@@ -139,13 +139,13 @@ def test_every_anchor_matches_the_current_source_once(mutant: Mutant) -> None:
 
 
 def test_missing_anchor_is_a_clear_error() -> None:
-    bad = Mutant("ts-rotten", "typescript", "model.ts", (("const rootDh = Math.sqrt(d_head);", "x"),),
+    bad = Mutant("ts-rotten", "typescript", "model/model.ts", (("const rootDh = Math.sqrt(d_head);", "x"),),
                  "an anchor the model no longer contains", "blocks.0.attn.hook_attn_scores", False)
-    source = (TARGET_DIRS["typescript"] / "model.ts").read_text(encoding="utf-8")
+    source = (TARGET_DIRS["typescript"] / "model" / "model.ts").read_text(encoding="utf-8")
     with pytest.raises(MutantAnchorError) as info:
         bad.apply(source)
     message = str(info.value)
-    assert "'ts-rotten'" in message and "not found" in message and "typescript/model.ts" in message
+    assert "'ts-rotten'" in message and "not found" in message and "typescript/model/model.ts" in message
     assert "Math.sqrt(d_head)" in message and "\n" not in message
 
 
@@ -157,13 +157,49 @@ def test_repeated_anchor_is_a_clear_error() -> None:
         bad.apply(source)
 
 
+@pytest.mark.parametrize(("target", "anchor"), [
+    ("typescript", "/** The exact GELU, x * Phi(x)"),  # inside a doc comment
+    ("typescript", "const angle = pos * invFreq[i]; // (T, d/2)"),  # code, then its shape comment
+    ("reference", "biased variance (divide by d, not d - 1)"),  # inside a docstring
+    ("reference", "scale = torch.sqrt(var + eps)  # (T, 1)"),  # code, then its shape comment
+], ids=["ts-doc-comment", "ts-trailing-comment", "py-docstring", "py-trailing-comment"])
+def test_an_anchor_that_touches_a_comment_is_a_clear_error(target: Target, anchor: str) -> None:
+    """A comment can change while the code stays: an anchor there would patch nothing, or rot."""
+    file = {"typescript": "model/model.ts", "reference": "model.py"}[target]
+    source = (TARGET_DIRS[target] / file).read_text(encoding="utf-8")
+    assert source.count(anchor) == 1  # found exactly once: only the comment rule refuses it
+    bad = Mutant("x-comment", target, file, ((anchor, "x"),), "", "hook_embed", False)
+    with pytest.raises(MutantAnchorError) as info:
+        bad.apply(source)
+    message = str(info.value)
+    assert "'x-comment'" in message and "touches a comment" in message and f"{target}/{file}" in message
+    assert "\n" not in message
+
+
+def test_typescript_comment_spans_skip_strings_templates_and_regular_expressions() -> None:
+    source = (
+        'const url = "http://x"; // one\n'
+        "const t = `a // ${'/*'} b`; /* two */\n"
+        "const r = /\\/\\/[/]/g.test(s) ? a / b / c : 0; // three\n"
+        "const s = `${ { k: 1 }.k }`; /** four\n * more */ done();\n"
+    )
+    comments = [source[a:b] for a, b in comment_spans(source, "typescript")]
+    assert comments == ["// one", "/* two */", "// three", "/** four\n * more */"]
+
+
+def test_python_comment_spans_are_comments_and_docstrings() -> None:
+    source = 'def f():\n    """Doc # not a comment."""\n    return "#"  # real\n'  # "#" in a string is code
+    comments = [source[a:b] for a, b in comment_spans(source, "reference")]
+    assert comments == ["# real", '"""Doc # not a comment."""']
+
+
 def test_a_later_patch_sees_the_earlier_ones() -> None:
     """Patches apply in order, and each anchor is checked against the text patched so far."""
-    twice = Mutant("ts-twice", "typescript", "model.ts",
+    twice = Mutant("ts-twice", "typescript", "model/model.ts",
                    (("const rootDh = Math.sqrt(dh);", "const rootDh = Math.sqrt(d);"),
                     ("const rootDh = Math.sqrt(dh);", "x")), "", "blocks.0.attn.hook_attn_scores", False)
     with pytest.raises(MutantAnchorError, match="not found"):
-        twice.apply((TARGET_DIRS["typescript"] / "model.ts").read_text(encoding="utf-8"))
+        twice.apply((TARGET_DIRS["typescript"] / "model" / "model.ts").read_text(encoding="utf-8"))
 
 
 def test_rotten_catalog_exits_2_through_the_cli(

@@ -1,4 +1,4 @@
-"""The TypeScript backend: Node runs ts_model/run.ts on a fixture and its taps match the golden files.
+"""The TypeScript backend: Node runs ts_model/node/run.ts on a fixture and its taps match the golden files.
 
 Uses fixtures/toy when it exists, else a fixture of random weights
 (`tests.fixture_builders.build_random_fixture`, torch needed). Set PARITY_TEST_FIXTURE to use
@@ -8,6 +8,7 @@ another fixture directory.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def test_node_unit_tests_pass(node_available: str) -> None:
 def test_verify_forward_passes_and_catches_an_edited_golden(
     fixture_dir: Path, node_available: str, tmp_path: Path
 ) -> None:
-    verify = [node_available, str(REPO / "ts_model" / "verify-forward.mts")]
+    verify = [node_available, str(REPO / "ts_model" / "node" / "verify-forward.mts")]
     ok = subprocess.run([*verify, str(fixture_dir)], capture_output=True, text=True, timeout=120, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "verify-forward: OK" in ok.stdout
@@ -140,12 +141,11 @@ def test_ts_dir_override_runs_a_copy(
 ) -> None:
     """PARITY_TS_DIR points at another copy of the model (what mutation tests need)."""
     copy = tmp_path / "ts_copy"
-    copy.mkdir()
-    for f in ts_dir().glob("*.ts"):
-        text = f.read_text(encoding="utf-8")
-        if f.name == "model.ts":  # a mutation: erf replaced by tanh
-            text = text.replace("(1.0 + erf(v / Math.SQRT2))", "(1.0 + Math.tanh(v / Math.SQRT2))")
-        (copy / f.name).write_text(text, encoding="utf-8")
+    shutil.copytree(ts_dir(), copy, ignore=shutil.ignore_patterns("tests", "browser", "web"))
+    model = copy / "model" / "model.ts"  # a mutation: erf replaced by tanh
+    text = model.read_text(encoding="utf-8")
+    assert text.count("(1.0 + erf(v / Math.SQRT2))") == 1
+    model.write_text(text.replace("(1.0 + erf(v / Math.SQRT2))", "(1.0 + Math.tanh(v / Math.SQRT2))"), encoding="utf-8")
     monkeypatch.setenv("PARITY_TS_DIR", str(copy))
     out = TypeScriptBackend().run(fixture, "fp64")
     case = fixture.cases[-1].name
@@ -213,13 +213,14 @@ def test_node_on_path_is_version_checked(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_verify_mjs_says_in_one_line_when_node_cannot_run_typescript(node_available: str) -> None:
     """verify.mjs is plain JavaScript: on a Node without type stripping (Node 20, or stripping turned off,
     as here) it prints one line naming the Node and the fix, exit 2, no stack trace."""
-    proc = subprocess.run([node_available, "--no-experimental-strip-types", str(REPO / "ts_model" / "verify.mjs")],
+    verify = str(REPO / "ts_model" / "node" / "verify.mjs")
+    proc = subprocess.run([node_available, "--no-experimental-strip-types", verify],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("verify: error: this Node (v"), proc.stderr
     assert "needs Node >= 22.18" in lines[0] and "parity verify-ts" in lines[0]
-    ok = subprocess.run([node_available, str(REPO / "ts_model" / "verify.mjs")], capture_output=True, text=True,
+    ok = subprocess.run([node_available, verify], capture_output=True, text=True,
                         timeout=60, check=False)
     assert ok.returncode == 0 and "verify-forward: OK" in ok.stdout, ok.stdout + ok.stderr
 

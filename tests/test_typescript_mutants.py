@@ -1,4 +1,4 @@
-"""Two real porting bugs of the mutant catalog in a temporary copy of model.ts, run through the harness.
+"""Two real porting bugs of the mutant catalog in a temporary copy of ts_model/model/model.ts, run through the harness.
 
 - Dropping the causal mask fails both tiers, first at the attention scores of block 0.
 - Replacing erf by the Abramowitz-Stegun 7.1.26 polynomial (|error| <= 1.5e-7) passes the fp32

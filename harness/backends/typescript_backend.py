@@ -1,6 +1,6 @@
-"""The TypeScript backend: Node runs `ts_model/run.ts`, the float64 port of the reference model.
+"""The TypeScript backend: Node runs `ts_model/node/run.ts`, the float64 port of the reference model.
 
-`node ts_model/run.ts FIXTURE_DIR OUT.safetensors --per-case` writes every tap of each case in float64
+`node ts_model/node/run.ts FIXTURE_DIR OUT.safetensors --per-case` writes every tap of each case in float64
 under "{case}/{tap}", one file per case (OUT.safetensors.{i}); this class starts it in a temporary
 directory and reads the files back one case at a time (`run_cases`), deleting each once read.
 Which Node, and the settings (`PARITY_NODE`, `PARITY_TS_DIR`, `PARITY_NODE_TIMEOUT`): harness/node.py.
@@ -17,7 +17,7 @@ import numpy as np
 
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed, BackendUnavailable, FixtureError
-from harness.node import INSTALL_HINT, find_node, last_line, run_node, split_by_case, timeout_seconds, ts_dir
+from harness.node import INSTALL_HINT, find_node, last_line, run_node, split_by_case, timeout_seconds, ts_script
 
 if TYPE_CHECKING:
     from harness.decoding import DecodeOutput, DecodeRequest
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 class TypeScriptBackend(Backend):
     name: ClassVar[str] = "typescript"
-    description: ClassVar[str] = "ts_model/model.ts on Node, float64 (JavaScript numbers), no dependencies"
+    description: ClassVar[str] = "ts_model/model/model.ts on Node, float64 (JavaScript numbers), no dependencies"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
     install_hint: ClassVar[str] = INSTALL_HINT
     streams: ClassVar[bool] = True  # run.ts --per-case: one file per case, read and dropped one at a time
@@ -36,8 +36,8 @@ class TypeScriptBackend(Backend):
             find_node()
         except BackendUnavailable:
             return ["node (Node.js >= 22.18)"]
-        if not (ts_dir() / "run.ts").is_file():
-            return [f"{ts_dir() / 'run.ts'} (set PARITY_TS_DIR to a directory holding run.ts)"]
+        if not ts_script("run.ts").is_file():
+            return [f"{ts_script('run.ts')} (set PARITY_TS_DIR to a directory holding node/run.ts)"]
         return []
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
@@ -47,9 +47,9 @@ class TypeScriptBackend(Backend):
         if precision != "fp64":
             raise BackendFailed(f"typescript computes in float64 only, not {precision}")
         node = find_node()
-        script = ts_dir() / "run.ts"
+        script = ts_script("run.ts")
         if not script.is_file():
-            raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding run.ts)")
+            raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding node/run.ts)")
         timeout = timeout_seconds(fixture)
         with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
             out_path = Path(tmp) / "taps.safetensors"
@@ -72,8 +72,8 @@ class TypeScriptBackend(Backend):
                 yield case.name, split_by_case(fixture, tensors, cases=[case])[case.name]
 
     def supports_decoding(self, fixture: Fixture) -> bool:
-        """With ts_model/run-decode.ts (model.ts's `decode`, float64)."""
-        return (ts_dir() / "run-decode.ts").is_file()
+        """With ts_model/node/run-decode.ts (model.ts's `decode`, float64)."""
+        return ts_script("run-decode.ts").is_file()
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
@@ -87,7 +87,7 @@ class TypeScriptBackend(Backend):
         if precision != "fp64":
             raise BackendFailed(f"typescript computes in float64 only, not {precision}")
         reqs = requests_for(fixture, requests)
-        node, script, timeout = find_node(), ts_dir() / "run-decode.ts", timeout_seconds()
+        node, script, timeout = find_node(), ts_script("run-decode.ts"), timeout_seconds()
         with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
             req_path, out_path = Path(tmp) / "requests.json", Path(tmp) / "decode.safetensors"
             req_path.write_text(json.dumps([{"name": r.name, "prompt": list(r.prompt), "steps": r.steps,

@@ -1,4 +1,4 @@
-"""The `typescript-browser` backend: ts_model/model.ts bundled by esbuild and run in headless Chrome.
+"""The `typescript-browser` backend: ts_model/model/model.ts bundled by esbuild and run in headless Chrome.
 
 The same model as the `typescript` backend (from `PARITY_TS_DIR` or ts_model/), the same taps,
 float64, but in the engine learners run it in: a real browser, its JavaScript engine, its Math.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 from harness import browser
 from harness.backends.base import Backend, BackendOutput, Precision
 from harness.errors import BackendFailed
-from harness.node import split_by_case, ts_dir
+from harness.node import split_by_case, ts_model_file
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 class TypeScriptBrowserBackend(Backend):
     name: ClassVar[str] = "typescript-browser"
-    description: ClassVar[str] = "ts_model/model.ts bundled by esbuild, in headless Chrome (puppeteer-core), float64"
+    description: ClassVar[str] = "ts_model/model/model.ts bundled by esbuild, in headless Chrome (puppeteer-core), " \
+        "float64"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
     install_hint: ClassVar[str] = browser.INSTALL_HINT
     streams: ClassVar[bool] = False  # the browser driver returns every case at once (run)
@@ -31,8 +32,8 @@ class TypeScriptBrowserBackend(Backend):
 
     def missing_dependencies(self) -> list[str]:
         out = browser.missing()
-        if not out and not (ts_dir() / "model.ts").is_file():
-            out.append(f"{ts_dir() / 'model.ts'} (a source checkout, or PARITY_TS_DIR)")
+        if not out and not ts_model_file("model.ts").is_file():
+            out.append(f"{ts_model_file('model.ts')} (a source checkout, or PARITY_TS_DIR)")
         return out
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:

@@ -1,11 +1,12 @@
-// Bundle browser code with esbuild, in memory: the model from PARITY_TS_DIR, Node imports stubbed.
+// Bundle browser code with esbuild, in memory: the model from PARITY_TS_DIR, no Node module.
 //
 // The browser entry points (page-model.ts, page-ort.ts, ../web/main.ts) import the model's files
-// (`../model.ts`, `../fixture.ts`, ...) from this repository's ts_model/. When PARITY_TS_DIR names
-// another directory (a patched copy of ts_model/, as the mutant tests make), those imports are
-// redirected to the same file names there, so the browser runs exactly the model the typescript
-// backend runs. `node:fs`, `node:crypto` and `node:path` become node-stub.ts. Paths starting with
-// `/ort/` stay external: the page imports onnxruntime-web from the local server.
+// (`../model/model.ts`, `../model/fixture.ts`, ...) from this repository's ts_model/model/. When
+// PARITY_TS_DIR names another directory (a patched copy of ts_model/, as the mutant tests make),
+// those imports are redirected to the same file names in its model/, so the browser runs exactly
+// the model the typescript backend runs. Browser code needs no Node module: the model is pure
+// (ts_model/model/tsconfig.json), so an import of `node:*` is a bundling error naming the importer.
+// Paths starting with `/ort/` stay external: the page imports onnxruntime-web from the local server.
 
 import { existsSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
@@ -14,6 +15,7 @@ import * as esbuild from "esbuild";
 
 export const BROWSER_DIR = import.meta.dirname; // ts_model/browser
 export const REPO_TS_DIR = dirname(BROWSER_DIR); // ts_model
+const REPO_MODEL_DIR = join(REPO_TS_DIR, "model"); // ts_model/model
 
 /** node_modules/NAME of this checkout (Node's lookup: up from ts_model/browser/), or null. */
 export function packageDir(name: string): string | null {
@@ -24,7 +26,7 @@ export function packageDir(name: string): string | null {
   }
 }
 
-/** The directory holding model.ts: PARITY_TS_DIR, else this repository's ts_model/. */
+/** The directory holding model/model.ts: PARITY_TS_DIR, else this repository's ts_model/. */
 export function modelDir(): string {
   const override = process.env["PARITY_TS_DIR"];
   return override ? resolve(override) : REPO_TS_DIR;
@@ -34,12 +36,14 @@ function redirectPlugin(models: string): esbuild.Plugin {
   return {
     name: "parity-model-dir",
     setup(build) {
-      build.onResolve({ filter: /^node:(fs|crypto|path)$/ }, () => ({ path: join(BROWSER_DIR, "node-stub.ts") }));
+      build.onResolve({ filter: /^node:/ }, (args) => ({
+        errors: [{ text: `${args.path} imported by ${args.importer}: browser code cannot import Node modules` }],
+      }));
       build.onResolve({ filter: /^\/ort\// }, (args) => ({ path: args.path, external: true }));
       build.onResolve({ filter: /^\.\.?\/.*\.ts$/ }, (args) => {
         const target = resolve(args.resolveDir, args.path);
-        if (dirname(target) !== REPO_TS_DIR || models === REPO_TS_DIR) return undefined;
-        const moved = join(models, basename(target));
+        if (dirname(target) !== REPO_MODEL_DIR || models === REPO_TS_DIR) return undefined;
+        const moved = join(models, "model", basename(target));
         if (!existsSync(moved)) return { errors: [{ text: `${moved}: not found (PARITY_TS_DIR=${models})` }] };
         return { path: moved };
       });

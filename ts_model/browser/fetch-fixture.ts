@@ -4,11 +4,11 @@
 // e.g. /fixture/manifest.json, /fixture/weights.safetensors. Shared by the backends' pages
 // (page-model.ts, page-ort.ts) and the learners' page (ts_model/web/main.ts).
 
-import { paramsFrom, parseFixture } from "../fixture.ts";
-import type { Fixture } from "../fixture.ts";
-import type { Tensor } from "../model.ts";
-import { parseSafetensors } from "../safetensors.ts";
-import type { SafeTensor } from "../safetensors.ts";
+import { paramsFrom, parseFixture } from "../model/fixture.ts";
+import type { Fixture } from "../model/fixture.ts";
+import type { Tensor } from "../model/model.ts";
+import { parseSafetensors } from "../model/safetensors.ts";
+import type { SafeTensor } from "../model/safetensors.ts";
 
 export async function fetchBytes(url: string): Promise<Uint8Array> {
   const response = await fetch(url);

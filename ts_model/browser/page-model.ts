@@ -3,10 +3,10 @@
 // run-browser.mts opens a page that loads this bundle, then calls `parityRunModel(base)`: it
 // fetches the fixture from the local server, runs runWithTaps on every case (float64, JavaScript
 // numbers, the browser's own Math), and returns every tap as one safetensors file, base64-encoded,
-// F64 under "{case}/{tap}" in the manifest's order: what ts_model/run.ts writes under Node.
+// F64 under "{case}/{tap}" in the manifest's order: what ts_model/node/run.ts writes under Node.
 
-import { computeAllTaps } from "../taps.ts";
-import { serializeSafetensors } from "../safetensors.ts";
+import { computeAllTaps } from "../model/taps.ts";
+import { serializeSafetensors } from "../model/safetensors.ts";
 import { fetchFixture, fetchParams, toBase64 } from "./fetch-fixture.ts";
 
 async function parityRunModel(base: string): Promise<string> {

@@ -11,8 +11,8 @@
 
 import type * as Ort from "onnxruntime-web";
 
-import { serializeSafetensors } from "../safetensors.ts";
-import type { TensorData } from "../safetensors.ts";
+import { serializeSafetensors } from "../model/safetensors.ts";
+import type { TensorData } from "../model/safetensors.ts";
 import { fetchBytes, fetchFixture, toBase64 } from "./fetch-fixture.ts";
 
 const ORT_URL = "/ort/ort.wasm.min.mjs"; // a variable: esbuild and tsc leave the import to the browser

@@ -5,9 +5,9 @@
 //   node ts_model/browser/run-browser.mts page URL [URL ...] [--screenshot OUT.png]
 //   node ts_model/browser/run-browser.mts build OUT_DIR
 //
-// `typescript` bundles page-model.ts (model.ts from PARITY_TS_DIR or ts_model/) with esbuild,
+// `typescript` bundles page-model.ts (model/model.ts from PARITY_TS_DIR or ts_model/) with esbuild,
 // serves it and the fixture's files from 127.0.0.1 (an ephemeral port), runs every case in the page
-// and writes every tap, float64, to OUT (the format of ts_model/run.ts). `onnxruntime-web` does the
+// and writes every tap, float64, to OUT (the format of ts_model/node/run.ts). `onnxruntime-web` does the
 // same with one ONNX graph on onnxruntime-web's WebAssembly backend (float32 graph outputs).
 // `page` opens each URL of the learners' page (`parity serve`), waits for its verdict and prints one
 // JSON line per URL: {"url", "verdict", "tap", "text"}. `build` writes the learners' page bundle.

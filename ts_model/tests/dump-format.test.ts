@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { DUMP_FORMAT, canonicalJson, dumpMetadata, fixtureId } from "../dump-format.ts";
+import { DUMP_FORMAT, canonicalJson, dumpMetadata, fixtureId } from "../node/dump-format.ts";
 
 const TOY = new URL("../../fixtures/toy", import.meta.url).pathname;
 

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { erf } from "../erf.ts";
+import { erf } from "../model/erf.ts";
 import { ERF_REFERENCE } from "./erf-reference.ts";
 
 /** Distance in units in the last place between two finite float64s (0 if equal). */

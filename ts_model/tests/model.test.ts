@@ -3,8 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { argmax, decode, gelu, layerNorm, paramShapes, parseConfig, runWithTaps, sinusoidalPositions, tapNames } from "../model.ts";
-import type { GPTConfig, Taps, Tensor } from "../model.ts";
+import { argmax, decode, gelu, layerNorm, paramShapes, parseConfig, runWithTaps, sinusoidalPositions, tapNames } from "../model/model.ts";
+import type { GPTConfig, Taps, Tensor } from "../model/model.ts";
 
 const TOY: GPTConfig = {
   vocab_size: 12, n_ctx: 16, d_model: 8, n_layer: 2, n_head: 2, d_mlp: 32,

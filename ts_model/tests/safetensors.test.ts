@@ -6,8 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { SafetensorsError, parseSafetensors, readSafetensors, serializeSafetensors, writeSafetensors } from "../safetensors.ts";
-import type { TensorData } from "../safetensors.ts";
+import { SafetensorsError, parseSafetensors, serializeSafetensors } from "../model/safetensors.ts";
+import type { TensorData } from "../model/safetensors.ts";
+import { readSafetensors, writeSafetensors } from "../node/safetensors-files.ts";
 
 type Entry = { shape: number[]; data: TensorData };
 

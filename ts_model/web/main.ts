@@ -2,17 +2,17 @@
 //
 // Served by `parity serve` (the fixture's files under fixture/), bundled by esbuild
 // (`run-browser.mts build`). It fetches the fixture, runs every case through runWithTaps (float64),
-// compares every tap with golden.fp64 and golden.fp32 by the harness's rule (../compare.ts), and
+// compares every tap with golden.fp64 and golden.fp32 by the harness's rule (../model/compare.ts), and
 // shows the verdict, each tap's largest difference and the logit lens of one case. The verdict is
 // #verdict, with data-verdict="PASS" | "FAIL" | "ERROR" and data-tap naming the first diverging tap
 // (what the page test reads). A failure to load or run is also logged on the console.
 
-import { compare, fmt } from "../compare.ts";
-import type { TapResult } from "../compare.ts";
-import type { Fixture, Precision } from "../fixture.ts";
-import { runWithTaps } from "../model.ts";
-import type { Tensor } from "../model.ts";
-import type { SafeTensor } from "../safetensors.ts";
+import { compare, fmt } from "../model/compare.ts";
+import type { TapResult } from "../model/compare.ts";
+import type { Fixture, Precision } from "../model/fixture.ts";
+import { runWithTaps } from "../model/model.ts";
+import type { Tensor } from "../model/model.ts";
+import type { SafeTensor } from "../model/safetensors.ts";
 import { fetchFixture, fetchGolden, fetchParams } from "../browser/fetch-fixture.ts";
 
 const BASE = "fixture/";

@@ -1,6 +1,6 @@
 // Compare one tap of one case with its golden tensor, the harness's rule (harness/compare.py):
 // a cell passes when |a - b| <= atol + rtol * |b|; an infinity must meet the same infinity; NaN
-// fails. Pure (no Node APIs): verify-forward.mts and the browser page (ts_model/web/) share it.
+// fails. Pure (no Node APIs): ../node/verify-forward.mts and the learners' page (../web/) share it.
 
 import { FixtureError } from "./fixture.ts";
 import type { Tolerance } from "./fixture.ts";

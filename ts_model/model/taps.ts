@@ -1,5 +1,5 @@
-// Every tap of every case of a fixture, computed by model.ts in float64: what run.ts and dump.mts
-// write. Keys are "{case}/{tap}", cases in the manifest's order, taps in dataflow order. A tap with
+// Every tap of every case of a fixture, computed by model.ts in float64: what ../node/run.ts and
+// ../node/dump.mts write. Keys are "{case}/{tap}", cases in the manifest's order, taps in dataflow order. A tap with
 // "rows" in the manifest keeps only its last positions, as the golden does (docs/fixture-format.md).
 
 import type { Case, Fixture } from "./fixture.ts";

@@ -1,6 +1,6 @@
 // Write a parity dump with nothing but Node (docs/dump-format.md):
 //
-//     node ts_model/dump.mts FIXTURE_DIR OUT.safetensors [BACKEND_NAME]     (default name: typescript)
+//     node ts_model/node/dump.mts FIXTURE_DIR OUT.safetensors [BACKEND_NAME]     (default name: typescript)
 //
 // Runs every case through model.ts in float64 and writes every tap under "{case}/{tap}" as F64,
 // with the metadata `parity compare` checks: format, backend, precision "fp64", the fixture id
@@ -13,20 +13,21 @@
 import { readFileSync } from "node:fs";
 
 import { dumpMetadata, fixtureId } from "./dump-format.ts";
-import { FixtureError, readFixture, readParams } from "./fixture.ts";
-import { writeSafetensors } from "./safetensors.ts";
-import { computeAllTaps } from "./taps.ts";
+import { FixtureError } from "../model/fixture.ts";
+import { computeAllTaps } from "../model/taps.ts";
+import { readFixture, readParams } from "./fixture-files.ts";
+import { writeSafetensors } from "./safetensors-files.ts";
 import { runMain } from "./entry.ts";
 
 /** The version of this checkout (package.json), which releases with parity. */
 function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf-8")) as { version?: unknown };
+  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf-8")) as { version?: unknown };
   return typeof pkg.version === "string" ? pkg.version : "unknown";
 }
 
 function main(argv: readonly string[]): void {
   if (argv.length < 2 || argv.length > 3) {
-    throw new FixtureError("usage: node ts_model/dump.mts FIXTURE_DIR OUT.safetensors [BACKEND_NAME]");
+    throw new FixtureError("usage: node ts_model/node/dump.mts FIXTURE_DIR OUT.safetensors [BACKEND_NAME]");
   }
   const [fixtureDir, outPath, backend = "typescript"] = argv as [string, string, string?];
   const fixture = readFixture(fixtureDir);
@@ -38,7 +39,7 @@ function main(argv: readonly string[]): void {
     precision: "fp64",
     fixtureId: fixtureId(fixtureDir),
     parityVersion: version,
-    writer: `ts_model/dump.mts (parity-ts-model ${version})`,
+    writer: `ts_model/node/dump.mts (parity-ts-model ${version})`,
     taps: fixture.taps,
   });
   writeSafetensors(outPath, taps, metadata);

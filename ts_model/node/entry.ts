@@ -1,9 +1,9 @@
-// What every Node entry point of ts_model/ (run.ts, run-decode.ts, dump.mts, verify-forward.mts) does
+// What every Node entry point of ts_model/node/ (run.ts, run-decode.ts, dump.mts, verify-forward.mts) does
 // with its arguments and its errors: one line on stderr naming the script, exit code 2 for bad input
 // (an unreadable or inconsistent fixture or safetensors file), 1 for anything else.
 
-import { FixtureError } from "./fixture.ts";
-import { SafetensorsError } from "./safetensors.ts";
+import { FixtureError } from "../model/fixture.ts";
+import { SafetensorsError } from "../model/safetensors.ts";
 
 /** Run `main` on the command-line arguments; a number it returns becomes the exit code. */
 export function runMain(script: string, main: (argv: string[]) => number | void): void {

@@ -1,6 +1,6 @@
 // A standalone check of the TypeScript model against a fixture's golden files, Node only:
 //
-//     node ts_model/verify-forward.mts [FIXTURE_DIR]        (default: the repository's fixtures/toy)
+//     node ts_model/node/verify-forward.mts [FIXTURE_DIR]        (default: the repository's fixtures/toy)
 //
 // Runs every case through model.ts (float64) and compares every tap with
 //   fp64 tier: golden.fp64 (PyTorch float64) at the manifest's fp64 tolerance,
@@ -11,14 +11,14 @@
 
 import { join, resolve } from "node:path";
 
-import { compare, fmt } from "./compare.ts";
-import type { TapResult } from "./compare.ts";
-import { FixtureError, hashMismatches, readFixture, readParams } from "./fixture.ts";
-import type { Fixture, Precision } from "./fixture.ts";
-import { computeCaseTaps } from "./taps.ts";
-import type { Tensor } from "./model.ts";
-import { readSafetensors } from "./safetensors.ts";
-import type { SafeTensor } from "./safetensors.ts";
+import { compare, fmt } from "../model/compare.ts";
+import type { TapResult } from "../model/compare.ts";
+import { FixtureError } from "../model/fixture.ts";
+import type { Fixture, Precision } from "../model/fixture.ts";
+import type { SafeTensor } from "../model/safetensors.ts";
+import { computeCaseTaps } from "../model/taps.ts";
+import { hashMismatches, readFixture, readParams } from "./fixture-files.ts";
+import { readSafetensors } from "./safetensors-files.ts";
 import { runMain } from "./entry.ts";
 
 function goldenTensors(fixture: Fixture, precision: Precision): Map<string, SafeTensor> {
@@ -37,10 +37,10 @@ function goldenTensors(fixture: Fixture, precision: Precision): Map<string, Safe
 
 function main(argv: readonly string[]): number {
   if (argv.length > 1 || argv[0] === "-h" || argv[0] === "--help") {
-    process.stderr.write("usage: node ts_model/verify-forward.mts [FIXTURE_DIR]\n");
+    process.stderr.write("usage: node ts_model/node/verify-forward.mts [FIXTURE_DIR]\n");
     return 2;
   }
-  const root = argv[0] ?? join(import.meta.dirname, "..", "fixtures", "toy");
+  const root = argv[0] ?? join(import.meta.dirname, "..", "..", "fixtures", "toy");
   const fixture = readFixture(root);
   const c = fixture.config;
   console.log(

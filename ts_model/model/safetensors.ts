@@ -1,13 +1,12 @@
-// Read and write safetensors files (https://github.com/huggingface/safetensors), no dependencies.
+// Decode and encode safetensors files (https://github.com/huggingface/safetensors), no dependencies.
 //
 // Layout: an 8-byte little-endian header length N, N bytes of JSON
 //   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {"key": "value"}}   (optional, strings only)
 // then the data buffer; offsets are relative to its start. Tensors are little-endian, row-major,
 // and tile the buffer exactly (contiguous, no overlap, no gap). Supported dtypes: F32, F64, I32,
-// I64. A malformed file is refused with a SafetensorsError naming the problem.
-
-import { readFileSync, writeFileSync } from "node:fs";
+// I64. A malformed file is refused with a SafetensorsError naming the problem. Bytes in, bytes out:
+// reading and writing files is ../node/safetensors-files.ts.
 
 export type DType = "F32" | "F64" | "I32" | "I64";
 export type TensorData = Float32Array | Float64Array | Int32Array | BigInt64Array;
@@ -167,22 +166,4 @@ export function serializeSafetensors(
     at += raw.length;
   }
   return out;
-}
-
-export function readSafetensors(path: string): SafetensorsFile {
-  let bytes: Uint8Array;
-  try {
-    bytes = readFileSync(path);
-  } catch (err) {
-    throw new SafetensorsError(`${path}: cannot read (${err instanceof Error ? err.message : String(err)})`);
-  }
-  return parseSafetensors(bytes, path);
-}
-
-export function writeSafetensors(
-  path: string,
-  tensors: ReadonlyMap<string, { readonly shape: readonly number[]; readonly data: TensorData }>,
-  metadata: Record<string, string> | null = null,
-): void {
-  writeFileSync(path, serializeSafetensors(tensors, metadata));
 }

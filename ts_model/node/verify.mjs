@@ -1,4 +1,4 @@
-// The Node-only check, runnable by any Node: `node ts_model/verify.mjs [FIXTURE_DIR]`.
+// The Node-only check, runnable by any Node: `node ts_model/node/verify.mjs [FIXTURE_DIR]`.
 //
 // Plain JavaScript on purpose: it starts on the Node most systems have (Debian 12's Node 20), and
 // where that Node cannot run TypeScript it says so in one line (exit 2) instead of a stack trace.

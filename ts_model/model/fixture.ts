@@ -1,13 +1,9 @@
-// Read a parity fixture directory (docs/fixture-format.md) from Node: the manifest, the weights,
-// the golden files and their sha256. Shared by run.ts and verify-forward.mts.
-
-import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
+// A parity fixture (docs/fixture-format.md) from its parsed manifest and decoded weights file, with
+// no file access: the Node entry points read the files (../node/fixture-files.ts), the browser
+// fetches them (../browser/fetch-fixture.ts), and both hand the contents to these functions.
 
 import { loadParams, parseConfig, tapNames } from "./model.ts";
 import type { GPTConfig, RawTensor, Tensor } from "./model.ts";
-import { readSafetensors } from "./safetensors.ts";
 import type { SafetensorsFile } from "./safetensors.ts";
 
 export const FORMAT_NAME = "parity-fixture";
@@ -66,21 +62,7 @@ function tolerance(v: unknown, where: string): Tolerance {
   return { atol: v.atol, rtol: v.rtol };
 }
 
-/** Read and check manifest.json of the fixture in `root`. */
-export function readFixture(root: string): Fixture {
-  const path = join(root, "manifest.json");
-  let m: unknown;
-  try {
-    m = JSON.parse(readFileSync(path, "utf-8"));
-  } catch (err) {
-    const code = (err as { code?: string }).code;
-    const what = code === "ENOENT" ? "file not found" : `not valid JSON (${err instanceof Error ? err.message : String(err)})`;
-    throw new FixtureError(`${path}: ${what}`);
-  }
-  return parseFixture(m, root, path);
-}
-
-/** Check a parsed manifest (`path` names it in errors); no file access, so the browser uses it too. */
+/** Check a parsed manifest (`path` names it in errors); no file access. */
 export function parseFixture(m: unknown, root: string, path: string): Fixture {
   const fail = (what: string): never => {
     throw new FixtureError(`${path}: ${what}`);
@@ -159,24 +141,7 @@ export function parseFixture(m: unknown, root: string, path: string): Fixture {
   };
 }
 
-/** The fixture's files whose sha256 differs from the manifest's (or that it does not list). */
-export function hashMismatches(fixture: Fixture): string[] {
-  const names = [fixture.files.weights, fixture.files.golden.fp32, fixture.files.golden.fp64];
-  return names.filter((name) => {
-    const want = fixture.sha256[name];
-    if (typeof want !== "string") return true;
-    const got = createHash("sha256").update(readFileSync(join(fixture.root, name))).digest("hex");
-    return got !== want;
-  });
-}
-
-/** The parameters, float32 in the file, checked against the config and upcast to float64. */
-export function readParams(fixture: Fixture): Map<string, Tensor> {
-  const path = join(fixture.root, fixture.files.weights);
-  return paramsFrom(readSafetensors(path), fixture, path);
-}
-
-/** The parameters of an already decoded weights file (`path` names it in errors), as readParams. */
+/** The parameters of a decoded weights file (`path` names it in errors), checked and upcast to float64. */
 export function paramsFrom(file: SafetensorsFile, fixture: Fixture, path: string): Map<string, Tensor> {
   const raw = new Map<string, RawTensor>();
   for (const [name, t] of file.tensors) {

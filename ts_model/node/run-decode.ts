@@ -1,4 +1,6 @@
-// The decoding entry point the harness calls: node ts_model/run-decode.ts FIXTURE_DIR REQUESTS.json OUT.safetensors
+// The decoding entry point the harness calls:
+//
+//     node ts_model/node/run-decode.ts FIXTURE_DIR REQUESTS.json OUT.safetensors
 //
 // REQUESTS.json is a list of {"name": str, "prompt": [token ids], "steps": int, "feed": [token ids] | null}.
 // Each request is prefilled and decoded step by step by model.ts (`decode`, float64); for steps
@@ -8,10 +10,11 @@
 
 import { readFileSync } from "node:fs";
 
-import { FixtureError, readFixture, readParams } from "./fixture.ts";
-import { decode } from "./model.ts";
-import type { Tensor } from "./model.ts";
-import { writeSafetensors } from "./safetensors.ts";
+import { FixtureError } from "../model/fixture.ts";
+import { decode } from "../model/model.ts";
+import type { Tensor } from "../model/model.ts";
+import { readFixture, readParams } from "./fixture-files.ts";
+import { writeSafetensors } from "./safetensors-files.ts";
 import { runMain } from "./entry.ts";
 
 interface Request {
@@ -42,7 +45,7 @@ function readRequests(path: string): Request[] {
 
 function main(argv: readonly string[]): void {
   if (argv.length !== 3) {
-    throw new FixtureError("usage: node ts_model/run-decode.ts FIXTURE_DIR REQUESTS.json OUT.safetensors");
+    throw new FixtureError("usage: node ts_model/node/run-decode.ts FIXTURE_DIR REQUESTS.json OUT.safetensors");
   }
   const [fixtureDir, requestsPath, outPath] = argv as [string, string, string];
   const fixture = readFixture(fixtureDir);
@@ -57,7 +60,7 @@ function main(argv: readonly string[]): void {
       out.set(`${req.name}/step${k}/logits`, step.logits);
     });
   }
-  writeSafetensors(outPath, out, { producer: "parity ts_model/run-decode.ts", precision: "fp64" });
+  writeSafetensors(outPath, out, { producer: "parity ts_model/node/run-decode.ts", precision: "fp64" });
 }
 
 runMain("run-decode.ts", main);
