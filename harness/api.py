@@ -122,10 +122,9 @@ def _backend(spec: object) -> GuardedBackend:
         raise ParityError(f"backend {spec.__name__}: pass an instance ({spec.__name__}()), not the class")
     else:
         raise ParityError(f"backend {type(spec).__name__}: expected a registered name or a Backend instance")
-    missing = backend.missing()
-    if missing:
-        hint = f"; install with: {backend.install_hint}" if backend.install_hint else ""
-        raise BackendUnavailable(f"backend {backend.name!r} needs {', '.join(missing)}, which is not available{hint}")
+    why = backend.unavailable()
+    if why:
+        raise BackendUnavailable(why)
     return backend
 
 

@@ -61,13 +61,11 @@ def select_backends(names: list[str] | None) -> tuple[list[GuardedBackend], list
     default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
     for name in names if names is not None else default:
         backend = load_backend(name)
-        missing = backend.missing()
-        if missing:
-            hint = f"; install with: {backend.install_hint}" if backend.install_hint else ""
-            msg = f"backend {name!r} needs {', '.join(missing)}, which is not available{hint}"
+        why = backend.unavailable()
+        if why:
             if names is not None:
-                raise BackendUnavailable(msg)
-            skipped.append(msg)
+                raise BackendUnavailable(why)
+            skipped.append(why)
             continue
         chosen.append(backend)
     return chosen, skipped

@@ -281,6 +281,14 @@ class GuardedBackend:
                                 f"{one_line(repr(missing))[:80]}, expected a list of strings")
         return [one_line(m) for m in missing]
 
+    def unavailable(self) -> str | None:
+        """Why it cannot run here (its missing dependencies and how to install them, one line), or None."""
+        missing = self.missing()
+        if not missing:
+            return None
+        hint = f"; install with: {self.install_hint}" if self.install_hint else ""
+        return f"backend {self.name!r} needs {', '.join(missing)}, which is not available{hint}"
+
     def declined(self, fixture: Fixture) -> str | None:
         """Why it does not run on `fixture` at all (one line), or None."""
         view = fixture.for_backend()
