@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -26,9 +27,14 @@ from tests.test_parity_full import builtin_backends
 @pytest.fixture(scope="module")
 def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools builds in the source tree (build/, *.egg-info), so a build in the
+    # checkout itself would leave those behind and would ship whatever stale files an earlier build left.
+    source = out / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".nox", "node_modules", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out),
-                           str(REPO)], capture_output=True, text=True, timeout=300, check=False)
+                           str(source)], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("parity-*.whl")
     site = out / "site"
