@@ -29,11 +29,7 @@ target and renamed into place only when complete, so a failed export leaves noth
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,36 +223,6 @@ def read_vocab(root: Path, vocab_size: int) -> list[str]:
     return vocab
 
 
-@contextmanager
-def staged_directory(root: Path) -> Iterator[Path]:
-    """A directory to build `root` in, beside it; renamed to `root` when the block ends without error.
-
-    On any failure (Ctrl-C included) the staging directory, and any parent directory made for it,
-    are removed: nothing is left behind. `root` must not exist, or be an empty directory.
-    """
-    made = [p for p in (root.parent, *root.parent.parents) if not p.exists()]
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.parity-partial-", dir=root.parent))
-    staging = tmp / root.name  # created by the writer with the usual permissions (mkdtemp's are private)
-    done = False
-    try:
-        yield staging
-        try:
-            os.replace(staging, root)
-        except OSError as exc:
-            raise FixtureError(f"{root}: cannot move the finished fixture into place "
-                               f"({exc.strerror or exc}; it must be new or an empty directory)") from None
-        done = True
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not done:
-            for parent in made:  # innermost first; only directories this call made, and only if empty
-                try:
-                    parent.rmdir()
-                except OSError:
-                    break
-
-
 def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long: bool = False,
                    progress: Progress = print, with_onnx: bool = True, seed: int = 0) -> None:
     """Write the fixture of `checkpoint` into `root` (see the module docstring)."""
@@ -278,12 +244,9 @@ def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long:
     cases = make_cases(config, lengths, seed)
     note = ("exact GELU (the checkpoint's own)" if activation == EXACT else
             f"exact GELU, not the checkpoint's {activation!r} (--exact-gelu)")
-    with staged_directory(root) as staging:
-        write_scaled_fixture(staging, config, weights, cases, vocab, {
-            "checkpoint": checkpoint.name, "activation": note, "source_dtype": source_dtype, "seed": seed,
-            "command": "parity export --from-hf" + (" --exact-gelu" if exact_gelu else "")
-                       + (" --long" if long else ""),
-            "platform": current_platform(),
-        }, say, with_onnx)
-        for path in staging.iterdir():
-            path.chmod(0o644)  # safetensors writes its files private; a fixture is meant to be shared
+    # Built beside `root` and swapped in, validated first; a failure leaves nothing (harness/safe_write.py).
+    write_scaled_fixture(root, config, weights, cases, vocab, {
+        "checkpoint": checkpoint.name, "activation": note, "source_dtype": source_dtype, "seed": seed,
+        "command": "parity export --from-hf" + (" --exact-gelu" if exact_gelu else "") + (" --long" if long else ""),
+        "platform": current_platform(),
+    }, say, with_onnx)

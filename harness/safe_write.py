@@ -141,9 +141,12 @@ def append_text_atomic(path: Path, text: str, what: str = "file", max_bytes: int
 def staging_directory(target: Path) -> Iterator[Path]:
     """A new empty directory beside `target` (same file system, so it can be renamed into place).
 
-    Removed on the way out unless `replace_directory` moved it into place: it is parity's own.
+    Removed on the way out unless `replace_directory` moved it into place: it is parity's own. When
+    it was not moved (an error, Ctrl-C), the parent directories made for it are removed too, innermost
+    first and only while empty: a failed command leaves nothing behind.
     """
     parent = target.absolute().parent
+    made = [p for p in (parent, *parent.parents) if not p.exists()]
     try:
         parent.mkdir(parents=True, exist_ok=True)
         staging = parent / f".{target.name[:64]}{STAGE_MARK}{secrets.token_hex(4)}"
@@ -155,6 +158,11 @@ def staging_directory(target: Path) -> Iterator[Path]:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+            for directory in made:
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break
 
 
 def replace_directory(staging: Path, target: Path, owned: Collection[str]) -> None:

@@ -473,7 +473,6 @@ def test_hf_interrupted_export_leaves_nothing_behind(base_checkpoint: Path, tmp_
         for line in proc.stderr:
             lines.append(line)
             if "golden fp64" in line:  # the fp32 goldens are computed: work under way
-                assert any(p.name.startswith(".fixture.parity-partial-") for p in tmp_path.iterdir())
                 proc.send_signal(signal.SIGINT)
                 break
         _out, rest = proc.communicate(timeout=120)
