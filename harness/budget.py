@@ -28,6 +28,7 @@ import numpy as np
 
 from harness.compare import FAIL, NOT_SUPPORTED, OK, compare_tensors, tap_magnitude
 from harness.fixture import Fixture
+from harness.status import Status
 
 EPS32 = float(np.finfo(np.float32).eps)
 EPS64 = float(np.finfo(np.float64).eps)
@@ -41,7 +42,7 @@ class BudgetRow:
     backend: str  # a backend name, or "golden.fp32" for the fixture's PyTorch float32 reference
     precision: str  # what it computed in: "fp32" or "fp64"
     tap: str
-    status: str  # "ok" (measured), "fail" (structural: shape, NaN, infinity) or "not_supported"
+    status: Status  # OK (measured), FAIL (structural: shape, NaN, infinity) or NOT_SUPPORTED
     max_abs: float | None = None  # max |a - g| over cases and finite cells
     magnitude: float | None = None  # M: max |g| over cases and finite cells
     eps32_units: float | None = None  # max_abs / (eps32 * M)

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-OK, FAIL, NOT_SUPPORTED = "ok", "fail", "not_supported"
+from harness.status import Status
+
+OK, FAIL, NOT_SUPPORTED = Status.OK, Status.FAIL, Status.NOT_SUPPORTED
 
 
 @dataclass
@@ -118,7 +120,7 @@ class CheckResult:
     golden: str  # which golden file it was compared with: "fp32" or "fp64"
     case: str
     tap: str
-    status: str  # "ok", "fail" or "not_supported"
+    status: Status
     passed: bool | None  # None when not supported
     atol: float
     rtol: float
@@ -161,7 +163,7 @@ class TapSummary:
     precision: str
     golden: str
     tap: str
-    status: str
+    status: Status
     passed: bool | None
     atol: float
     rtol: float

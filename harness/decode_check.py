@@ -29,11 +29,12 @@ from harness.backends.base import Precision
 from harness.backends.boundary import AnyBackend, guarded
 from harness.compare import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary, fold, judge_tensor
 from harness.decoding import DecodeOutput, golden_decoding, step_key, top2_margin
+from harness.status import GreedyStatus
 
 if TYPE_CHECKING:
     from harness.fixture import Fixture
 
-OK, FAIL, NEAR_TIE = "ok", "fail", "near_tie"
+OK, FAIL, NEAR_TIE = GreedyStatus.OK, GreedyStatus.FAIL, GreedyStatus.NEAR_TIE
 
 
 @dataclass
@@ -45,7 +46,7 @@ class GreedyCheck:
     prompt: str
     expected: list[int]
     actual: list[int]
-    status: str  # "ok", "fail" or "near_tie"
+    status: GreedyStatus
     first_step: int | None = None  # the first step whose token differs
     margin: float | None = None  # the golden's top-2 logit margin there
 

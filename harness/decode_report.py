@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.compare import FirstDivergence
 from harness.decode_check import FAIL, NEAR_TIE, DecodingReport, GreedyCheck, step_name
+from harness.status import GreedyStatus
 from harness.text import num_text, tier_label, tolerance_text
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def _words(tokens: Sequence[int], vocab: Sequence[str]) -> str:
 
 def greedy_line(g: GreedyCheck, vocab: Sequence[str]) -> str:
     label = f"  {g.backend:<22} {g.precision:<12} greedy tokens"
-    if g.status == "ok":
+    if g.status == GreedyStatus.OK:
         return f"{label}  OK    {g.prompt}: {_words(g.actual, vocab)}"
     k = g.first_step if g.first_step is not None else 0
     got, want = _words([g.actual[k]], vocab), _words([g.expected[k]], vocab)
@@ -89,7 +90,7 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
     for g in dec.greedy:
         groups.setdefault((g.backend, g.precision), []).append(g)
     for (backend, precision), rows in groups.items():
-        bad = [g for g in rows if g.status != "ok"]
+        bad = [g for g in rows if g.status != GreedyStatus.OK]
         n = sum(len(g.expected) for g in rows)
         same = sum(a == b for g in rows for a, b in zip(g.actual, g.expected, strict=True))
         if not bad:

@@ -28,6 +28,7 @@ from harness.precision import PRECISIONS, BackendOutput, Precision
 from harness.results import BackendRun, Report
 from harness.runner import add_output, finish_report
 from harness.safe_write import write_atomic_with
+from harness.status import RunStatus
 from harness.strict_json import StrictJSONError, loads_strict
 
 FORMAT_NAME = "parity-dump"
@@ -272,7 +273,7 @@ def compare_dumps(fixture: Fixture, paths: list[Path], budget: bool = True) -> R
         seen[key] = d.path
     report = Report(str(fixture.root), fixture_id=fid, tolerances=fixture.tolerance_summary(), measure_budget=budget)
     for d in dumps:
-        report.runs.append(BackendRun(d.backend, d.precision, 0.0, "dump", str(d.path)))
+        report.runs.append(BackendRun(d.backend, d.precision, 0.0, RunStatus.DUMP, str(d.path)))
         add_output(report, fixture, d.backend, d.precision, d.output, d.supported)
     finish_report(report, fixture)
     return report

@@ -12,6 +12,7 @@ other cases or taps, and two reports holding the same backend x precision (forwa
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import types
@@ -27,6 +28,7 @@ from harness.input_files import MAX_REPORT_BYTES, InputFileError, read_input_byt
 from harness.report import SCHEMA_VERSION, report_json
 from harness.report_check import MergeError, check_report
 from harness.results import BackendRun, Report
+from harness.status import RunStatus
 from harness.strict_json import StrictJSONError, loads_strict
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ def _build(cls: type[T], row: Any, path: Path, what: str, **extra: Any) -> T:
                              f"expected {_type_name(hints[key])}")
     # JSON writes an infinite error as null (harness/report.py): a plain float field that is null was infinite.
     known.update({k: math.inf for k, v in known.items() if v is None and hints[k] is float})
+    known.update({k: hints[k](v) for k, v in known.items() if _is_enum(hints[k])})  # "ok" -> Status.OK
     try:
         return cls(**known, **extra)
     except TypeError as exc:
@@ -76,6 +79,8 @@ def _conforms(value: object, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return True
+    if _is_enum(hint):  # a status (harness/status.py): one of its values
+        return isinstance(value, str) and value in {m.value for m in hint}
     if origin in (typing.Union, types.UnionType):
         return any(_conforms(value, a) for a in args)
     if hint is type(None):
@@ -96,7 +101,13 @@ def _conforms(value: object, hint: Any) -> bool:
     return True  # a type not written to JSON by parity: not checked
 
 
+def _is_enum(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, enum.Enum)
+
+
 def _type_name(hint: Any) -> str:
+    if _is_enum(hint):
+        return " | ".join(repr(m.value) for m in hint)
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
@@ -212,11 +223,11 @@ def merge_reports(paths: list[Path]) -> Report:
                              f"{paths[0]} {len(first_grid[0])} x {len(first_grid[1])} (or other ones): not merged")
         for run in shard.runs:
             key = (run.backend, run.precision)
-            if run.status != "not_supported" and key in owner:
+            if run.status != RunStatus.NOT_SUPPORTED and key in owner:
                 raise MergeError(f"{path}: {run.backend} {run.precision} is in {owner[key]} too: "
                                  "each backend x precision must come from one report")
         for run in shard.runs:
-            if run.status != "not_supported":
+            if run.status != RunStatus.NOT_SUPPORTED:
                 owner[(run.backend, run.precision)] = path
         if shard.decoding is not None:
             for dec_run in shard.decoding.runs:
@@ -239,7 +250,7 @@ def merge_reports(paths: list[Path]) -> Report:
             if line not in report.skipped:
                 report.skipped.append(line)
     # A backend skipped on one machine but run on another was not skipped by the merged run.
-    ran = {run.backend for run in report.runs if run.status != "not_supported"}
+    ran = {run.backend for run in report.runs if run.status != RunStatus.NOT_SUPPORTED}
     report.skipped = [s for s in report.skipped if not any(s.startswith(f"backend {b!r} ") for b in ran)]
     report.decoding = _merge_decoding(decodings)
     return report

@@ -86,10 +86,11 @@ from typing import Any, TextIO
 from harness.compare import NOT_SUPPORTED, FirstDivergence, TapSummary
 from harness.results import Report
 from harness.sanitize import safe_line
+from harness.status import RunStatus
 from harness.text import num_text, tier_label, tolerance_text
 
 SCHEMA_VERSION = 1
-DUMP = "dump"  # a run's status when its outputs were read from a dump (`parity compare`)
+DUMP = RunStatus.DUMP  # a run's status when its outputs were read from a dump (`parity compare`)
 
 
 def _finite(obj: Any) -> Any:
@@ -208,7 +209,7 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
                                f"{'  ' + r.message if r.message else ''}")
     _emit(out)
     for run in report.runs:
-        if run.status == "ran":
+        if run.status == RunStatus.RAN:
             _emit(out, f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s")
         elif run.status == DUMP:
             _emit(out, f"{run.backend:<22} {run.precision}  from dump {run.message}")

@@ -33,11 +33,12 @@ from harness.compare import (
 from harness.errors import EXIT_BAD_INPUT, ParityError
 from harness.precision import PRECISIONS, tiers_for
 from harness.results import BackendRun, Report
+from harness.status import GreedyStatus, RunStatus
 
 if TYPE_CHECKING:
     from harness.decode_check import DecodingReport
 
-RAN = ("ran", "dump")  # run statuses that produce results
+RAN = (RunStatus.RAN, RunStatus.DUMP)  # run statuses that produce results
 SLACK = 1e-12  # relative: the rounding between `|d| <= atol + rtol|e|` and `max(|d| - rtol|e|) <= atol`
 
 
@@ -108,7 +109,8 @@ def check_rows(path: Path, results: list[CheckResult], tiers: dict[str, Any]) ->
         seen.add(key)
         expected = {OK: True, FAIL: False, NOT_SUPPORTED: None}
         if r.status not in expected or r.passed is not expected[r.status] or type(r.n_bad) is not int:
-            raise _refuse(path, f"{where} has status {r.status!r}, passed {_text(r.passed)}, n_bad {_text(r.n_bad)}")
+            raise _refuse(path, f"{where} has status {_text(r.status)}, passed {_text(r.passed)}, "
+                                f"n_bad {_text(r.n_bad)}")
         if r.status == OK and not _passes(r):
             raise _refuse(path, f"{where} says 'ok' but its numbers fail (n_bad {r.n_bad}, min_atol "
                                 f"{_text(r.min_atol)} against atol {_text(r.atol)}, message {r.message!r})")
@@ -157,12 +159,12 @@ def check_runs(path: Path, runs: list[BackendRun], results: list[CheckResult]) -
         if key in seen:
             raise _refuse(path, f"its runs list {run.backend} {run.precision} twice")
         seen.add(key)
-        if run.status not in (*RAN, NOT_SUPPORTED):
-            raise _refuse(path, f"its run {run.backend} {run.precision} has status {run.status!r}")
+        if run.status not in (*RAN, RunStatus.NOT_SUPPORTED):
+            raise _refuse(path, f"its run {run.backend} {run.precision} has status {_text(run.status)}")
         if run.status in RAN and key not in with_rows:
-            raise _refuse(path, f"its runs list {run.backend} {run.precision} as {run.status!r}, and it has no "
+            raise _refuse(path, f"its runs list {run.backend} {run.precision} as {_text(run.status)}, and it has no "
                                 "results")
-        if run.status == NOT_SUPPORTED and key in with_rows:
+        if run.status == RunStatus.NOT_SUPPORTED and key in with_rows:
             raise _refuse(path, f"it has results of {run.backend} {run.precision}, whose run is 'not_supported'")
     ran = {(run.backend, run.precision) for run in runs if run.status in RAN}
     for backend, precision in sorted(with_rows - ran):
@@ -236,8 +238,9 @@ def check_decoding(path: Path, doc: dict[str, Any], dec: DecodingReport, derived
     pairs = {(c.backend, c.precision) for c in dec.checks}
     for g in dec.greedy:
         where = f"its greedy tokens of {g.backend} {g.precision} {g.prompt}"
-        if g.status not in (OK, FAIL, "near_tie") or (g.status == OK) != (g.expected == g.actual):
-            raise _refuse(path, f"{where} say {g.status!r} for tokens {_text(g.actual)} against {_text(g.expected)}")
+        if g.status not in tuple(GreedyStatus) or (g.status == GreedyStatus.OK) != (g.expected == g.actual):
+            raise _refuse(path, f"{where} say {_text(g.status)} for tokens {_text(g.actual)} "
+                                f"against {_text(g.expected)}")
         pairs.add((g.backend, g.precision))
     runs = [(r.backend, r.precision) for r in dec.runs]
     if len(set(runs)) != len(runs):

@@ -15,6 +15,7 @@ from harness.budget import BudgetRow
 from harness.compare import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary
 from harness.errors import EXIT_BAD_INPUT, EXIT_DISAGREE, EXIT_OK
 from harness.precision import BackendOutput
+from harness.status import RunStatus
 
 if TYPE_CHECKING:
     from harness.decode_check import DecodingReport
@@ -25,7 +26,7 @@ class BackendRun:
     backend: str
     precision: str
     seconds: float
-    status: str  # "ran" or "not_supported" (a backend that fails stops the run: BackendFailed, exit 2)
+    status: RunStatus  # a backend that fails stops the run: BackendFailed, exit 2
     message: str = ""
 
 

@@ -19,6 +19,7 @@ from harness.compare import NOT_SUPPORTED, CheckResult, FirstDivergence, fold, j
 from harness.fixture import Case, Fixture, row_axis
 from harness.precision import tiers_for
 from harness.results import BackendRun, Report
+from harness.status import RunStatus
 from reference.taps import tap_shape_template
 
 
@@ -77,11 +78,11 @@ def run_parity(
         declined = backend.declined(fixture)
         for precision in wanted:
             if precision not in backend.precisions:
-                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED,
+                report.runs.append(BackendRun(backend.name, precision, 0.0, RunStatus.NOT_SUPPORTED,
                                               f"computes in {', '.join(backend.precisions)} only"))
                 continue
             if declined:
-                report.runs.append(BackendRun(backend.name, precision, 0.0, NOT_SUPPORTED, declined))
+                report.runs.append(BackendRun(backend.name, precision, 0.0, RunStatus.NOT_SUPPORTED, declined))
                 continue
             say(f"parity: running {backend.name} ({precision}) ...")
             supported = backend.taps(fixture)
@@ -92,7 +93,7 @@ def run_parity(
                 if keep_outputs:
                     report.outputs.setdefault((backend.name, precision), {})[case.name] = taps
                 del taps
-            report.runs.append(BackendRun(backend.name, precision, clock[0], "ran"))
+            report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.RAN))
             judge.finish(report)
             release_memory()
     if decoding:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from harness.compare import CheckResult, compare_tensors, first_divergence, summarize_tap
+from harness.status import Status
 
 F32 = np.float32
 
@@ -99,7 +100,7 @@ def test_worst_cell_is_the_worst_breach_not_the_largest_difference() -> None:
 
 
 def _result(case: str, tap: str, passed: bool, max_abs: float) -> CheckResult:
-    return CheckResult("b", "fp32", "fp32", case, tap, "ok" if passed else "fail", passed, 1e-5, 0.0,
+    return CheckResult("b", "fp32", "fp32", case, tap, Status.OK if passed else Status.FAIL, passed, 1e-5, 0.0,
                        max_abs, max_abs, max_abs, [0], 1.0, 1.0 + max_abs)
 
 

@@ -21,6 +21,7 @@ from harness.decoding import golden_decoding, step_key, top2_margin
 from harness.fixture import MANIFEST, Fixture, load_fixture
 from harness.report import print_report, write_json
 from harness.runner import run_parity
+from harness.status import Status
 from tests.conftest import REPO, edit_manifest, run_cli
 
 MASK_ANCHOR = "config.causal && j > pos ?"
@@ -128,7 +129,7 @@ def test_a_differing_greedy_token_is_a_near_tie_when_the_logits_agree(toy: Fixtu
     assert margin is not None and margin < 2e-7
     assert margin == pytest.approx(top2_margin(logits))
     # The same differing token where the logits are out of tolerance is a failure.
-    failing = CheckResult("fake", "fp64", "fp64", prompt, "logits", "fail", False, 1e-12, 0.0, 1.0, 1.0, step=step)
+    failing = CheckResult("fake", "fp64", "fp64", prompt, "logits", Status.FAIL, False, 1e-12, 0.0, 1.0, 1.0, step=step)
     rows = greedy_checks(toy, "fake", "fp64", output, near, checks=[failing])
     assert [r.status for r in rows if r.status != "ok"] == [FAIL]
 

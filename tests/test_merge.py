@@ -195,3 +195,23 @@ def test_a_refused_merge_leaves_the_unusable_marker_and_older_reports_still_merg
     proc = run_cli("merge", numpy, str(tmp_path / "older.json"), "--json", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert load(out)["usable"] is True and load(out)["counts"] == load(runs["both"][0])["counts"]
+
+
+def test_statuses_are_enums_and_read_back_as_enums(runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]],
+                                                   tmp_path: Path) -> None:
+    """A report's statuses are the enums of harness/status.py in memory, their string values in JSON; a merged
+    report reads them back as the same enums, and refuses a value that is none of them."""
+    from harness.merge import merge_reports
+    from harness.status import RunStatus, Status
+
+    path = next(p for p, _ in runs.values())
+    merged = merge_reports([path])
+    assert merged.results and all(type(r.status) is Status for r in merged.results)
+    assert all(type(s.status) is Status for s in merged.summaries)
+    assert all(type(r.status) is RunStatus for r in merged.runs)
+    assert {r["status"] for r in load(path)["results"]} <= {s.value for s in Status}
+    bad = load(path)
+    bad["results"][0]["status"] = "passed-trust-me"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    proc = run_cli("merge", str(tmp_path / "bad.json"))
+    assert_one_line_error(proc, "results.status is \"passed-trust-me\", expected 'ok' | 'fail' | 'not_supported'")
