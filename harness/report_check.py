@@ -109,7 +109,7 @@ def check_rows(path: Path, results: list[CheckResult], tiers: dict[str, Any]) ->
         seen.add(key)
         expected = {OK: True, FAIL: False, NOT_SUPPORTED: None}
         if r.status not in expected or r.passed is not expected[r.status] or type(r.n_bad) is not int:
-            raise _refuse(path, f"{where} has status {_text(r.status)}, passed {_text(r.passed)}, "
+            raise _refuse(path, f"{where} has status {str(r.status)!r}, passed {_text(r.passed)}, "
                                 f"n_bad {_text(r.n_bad)}")
         if r.status == OK and not _passes(r):
             raise _refuse(path, f"{where} says 'ok' but its numbers fail (n_bad {r.n_bad}, min_atol "
@@ -160,9 +160,9 @@ def check_runs(path: Path, runs: list[BackendRun], results: list[CheckResult]) -
             raise _refuse(path, f"its runs list {run.backend} {run.precision} twice")
         seen.add(key)
         if run.status not in (*RAN, RunStatus.NOT_SUPPORTED):
-            raise _refuse(path, f"its run {run.backend} {run.precision} has status {_text(run.status)}")
+            raise _refuse(path, f"its run {run.backend} {run.precision} has status {str(run.status)!r}")
         if run.status in RAN and key not in with_rows:
-            raise _refuse(path, f"its runs list {run.backend} {run.precision} as {_text(run.status)}, and it has no "
+            raise _refuse(path, f"its runs list {run.backend} {run.precision} as {str(run.status)!r}, and it has no "
                                 "results")
         if run.status == RunStatus.NOT_SUPPORTED and key in with_rows:
             raise _refuse(path, f"it has results of {run.backend} {run.precision}, whose run is 'not_supported'")
@@ -239,7 +239,7 @@ def check_decoding(path: Path, doc: dict[str, Any], dec: DecodingReport, derived
     for g in dec.greedy:
         where = f"its greedy tokens of {g.backend} {g.precision} {g.prompt}"
         if g.status not in tuple(GreedyStatus) or (g.status == GreedyStatus.OK) != (g.expected == g.actual):
-            raise _refuse(path, f"{where} say {_text(g.status)} for tokens {_text(g.actual)} "
+            raise _refuse(path, f"{where} say {str(g.status)!r} for tokens {_text(g.actual)} "
                                 f"against {_text(g.expected)}")
         pairs.add((g.backend, g.precision))
     runs = [(r.backend, r.precision) for r in dec.runs]
