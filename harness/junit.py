@@ -10,6 +10,11 @@
     </testsuites>
 
 A testcase passes when the tap agrees in every case; its failure message is the worst case's.
+The decoding check, when the run made one, adds the same suites for its taps, named
+`parity.<backend>.<precision>_vs_<golden>.decoding` (one testcase per decoding tap, failing lines
+`case <prompt> step <k>: ...`: the same records, harness/compare.py), and one suite
+`parity.<backend>.<precision>.greedy` with a testcase per prompt (a near-tie passes, with its margin
+in <system-out>).
 The root carries <properties>: the tolerances in force (`tolerance.fp32.atol`, ...), the fixture's
 `manifest_sha256`, `loose` ("true" when --allow-loose-tolerances let tolerances beyond their
 ceiling through: not a gate) and each loose tolerance as `loose.N`. Every string in the tree goes
@@ -22,8 +27,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness.compare import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
+from harness.decode_check import GreedyCheck
 from harness.results import Report
 from harness.sanitize import xml_text
+from harness.status import GreedyStatus
 from harness.text import num_text
 
 
@@ -32,25 +39,75 @@ def classname(backend: str, precision: str, golden: str) -> str:
 
 
 def _failure_line(r: CheckResult) -> str:
+    where = f"case {r.case}" + ("" if r.step is None else f" step {r.step}")
     if r.message:
-        return f"case {r.case}: {r.message}"
-    return (f"case {r.case}: max_abs {num_text(r.max_abs)} > atol {r.atol:g} (rtol {r.rtol:g}) at {r.index}: "
+        return f"{where}: {r.message}"
+    return (f"{where}: max_abs {num_text(r.max_abs)} > atol {r.atol:g} (rtol {r.rtol:g}) at {r.index}: "
             f"got {r.actual!r}, expected {r.expected!r}; {r.n_bad} cell(s) out of tolerance")
 
 
-def _testcase(suite: ET.Element, s: TapSummary, results: list[CheckResult]) -> None:
-    case = ET.SubElement(suite, "testcase", classname=classname(s.backend, s.precision, s.golden), name=s.tap,
-                         time="0")
+def _testcase(suite: ET.Element, s: TapSummary, results: list[CheckResult], suffix: str = "") -> None:
+    case = ET.SubElement(suite, "testcase", classname=classname(s.backend, s.precision, s.golden) + suffix,
+                         name=s.tap, time="0")
     if s.status == NOT_SUPPORTED:
         ET.SubElement(case, "skipped", message="not supported by this backend")
     elif s.status == FAIL:
         failing = [r for r in results if r.status == FAIL]
-        worst = next((r for r in failing if r.case == s.worst_case), failing[0] if failing else None)
-        message = f"{s.tap}: {s.n_failed}/{s.n_cases} cases out of tolerance"
+        worst = next((r for r in failing if (r.case, r.step) == (s.worst_case, s.worst_step)),
+                     failing[0] if failing else None)
+        what = "cases" if s.worst_step is None else "prompt x step checks"
+        message = f"{s.tap}: {s.n_failed}/{s.n_cases} {what} out of tolerance"
         if worst is not None:
             message += "; worst " + _failure_line(worst)
         failure = ET.SubElement(case, "failure", message=message, type="tolerance")
         failure.text = "\n".join(_failure_line(r) for r in failing)
+
+
+def _suite(root: ET.Element, name: str, counts: dict[str, int], seconds: float, totals: dict[str, int]) -> ET.Element:
+    for k, v in counts.items():
+        totals[k] += v
+    return ET.SubElement(root, "testsuite", {"name": name, **{k: str(v) for k, v in counts.items()},
+                                             "time": f"{seconds:.3f}"})
+
+
+def _tier_suites(root: ET.Element, summaries: list[TapSummary], results: list[CheckResult],
+                 seconds: dict[tuple[str, str], float], suffix: str, totals: dict[str, int]) -> None:
+    """One suite per backend x precision x golden, one testcase per tap: forward taps and decoding taps alike."""
+    by_tier: dict[tuple[str, str, str], list[TapSummary]] = {}
+    for s in summaries:
+        by_tier.setdefault((s.backend, s.precision, s.golden), []).append(s)
+    by_tap: dict[tuple[str, str, str, str], list[CheckResult]] = {}
+    for r in results:
+        by_tap.setdefault((r.backend, r.precision, r.golden, r.tap), []).append(r)
+    for (backend, precision, golden), group in by_tier.items():
+        counts = {"tests": len(group), "failures": sum(1 for s in group if s.status == FAIL), "errors": 0,
+                  "skipped": sum(1 for s in group if s.status == NOT_SUPPORTED)}
+        suite = _suite(root, classname(backend, precision, golden) + suffix, counts,
+                       seconds.get((backend, precision), 0.0), totals)
+        for s in group:
+            _testcase(suite, s, by_tap.get((s.backend, s.precision, s.golden, s.tap), []), suffix)
+
+
+def _greedy_suites(root: ET.Element, greedy: list[GreedyCheck], totals: dict[str, int]) -> None:
+    """One suite per backend x precision, one testcase per prompt: its greedy tokens against the golden's."""
+    by_run: dict[tuple[str, str], list[GreedyCheck]] = {}
+    for g in greedy:
+        by_run.setdefault((g.backend, g.precision), []).append(g)
+    for (backend, precision), rows in by_run.items():
+        counts = {"tests": len(rows), "failures": sum(1 for g in rows if g.status == GreedyStatus.FAIL),
+                  "errors": 0, "skipped": 0}
+        name = f"parity.{backend}.{precision}.greedy"
+        suite = _suite(root, name, counts, 0.0, totals)
+        for g in rows:
+            case = ET.SubElement(suite, "testcase", classname=name, name=g.prompt, time="0")
+            if g.status == GreedyStatus.OK:
+                continue
+            what = (f"{g.prompt}: token {g.actual[g.first_step or 0]} at step {g.first_step}, golden "
+                    f"{g.expected[g.first_step or 0]}; the golden's top-2 logit margin there {num_text(g.margin)}")
+            if g.status == GreedyStatus.NEAR_TIE:
+                ET.SubElement(case, "system-out").text = f"near-tie (the logits agree within tolerance): {what}"
+            else:
+                ET.SubElement(case, "failure", message=what, type="greedy")
 
 
 def junit_element(report: Report) -> ET.Element:
@@ -67,29 +124,14 @@ def junit_element(report: Report) -> ET.Element:
     ET.SubElement(props, "property", name="loose", value="true" if report.loose else "false")
     for i, problem in enumerate(report.tolerances.get("loose", [])):
         ET.SubElement(props, "property", name=f"loose.{i}", value=problem)
-    by_tier: dict[tuple[str, str, str], list[TapSummary]] = {}
-    for s in report.summaries:
-        by_tier.setdefault((s.backend, s.precision, s.golden), []).append(s)
-    results: dict[tuple[str, str, str, str], list[CheckResult]] = {}
-    for r in report.results:
-        results.setdefault((r.backend, r.precision, r.golden, r.tap), []).append(r)
     seconds = {(run.backend, run.precision): run.seconds for run in report.runs}
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for (backend, precision, golden), summaries in by_tier.items():
-        counts = {
-            "tests": len(summaries),
-            "failures": sum(1 for s in summaries if s.status == FAIL),
-            "errors": 0,
-            "skipped": sum(1 for s in summaries if s.status == NOT_SUPPORTED),
-        }
-        suite = ET.SubElement(root, "testsuite", {
-            "name": classname(backend, precision, golden), **{k: str(v) for k, v in counts.items()},
-            "time": f"{seconds.get((backend, precision), 0.0):.3f}",
-        })
-        for s in summaries:
-            _testcase(suite, s, results.get((s.backend, s.precision, s.golden, s.tap), []))
-        for k, v in counts.items():
-            totals[k] += v
+    _tier_suites(root, report.summaries, report.results, seconds, "", totals)
+    if report.decoding is not None:
+        dec = report.decoding
+        decode_seconds = {(run.backend, run.precision): run.seconds for run in dec.runs}
+        _tier_suites(root, dec.summaries, dec.checks, decode_seconds, ".decoding", totals)
+        _greedy_suites(root, dec.greedy, totals)
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)

@@ -1,7 +1,8 @@
 """A Markdown summary of a parity run (`parity run --markdown PATH`), for pull requests and CI pages.
 
 One table row per backend x tier: taps passed / failed / not supported, the tap that used most of
-its tolerance and its max error, then the first divergences and the verdict. When the environment
+its tolerance and its max error, then the first divergences; the decoding check, when the run made
+one, as the same table for its taps, the greedy tokens and its first divergences; then the verdict. When the environment
 variable GITHUB_STEP_SUMMARY is set (GitHub Actions), the same text is appended to that file too.
 Every line goes through `harness.sanitize.markdown_line` (table cells through `markdown_cell`), so
 a string from outside cannot add a line, a column, a control character or raw HTML.
@@ -29,10 +30,11 @@ def _used(s: TapSummary) -> float:
     return s.min_atol / s.atol
 
 
-def summary_rows(report: Report) -> list[list[str]]:
-    """The table body: one row per backend x precision x golden tier, in report order."""
+def summary_rows(summaries: list[TapSummary]) -> list[list[str]]:
+    """The table body: one row per backend x precision x golden tier, in report order (forward taps or
+    decoding taps: the same records)."""
     tiers: dict[tuple[str, str, str], list[TapSummary]] = {}
-    for s in report.summaries:
+    for s in summaries:
         tiers.setdefault((s.backend, s.precision, s.golden), []).append(s)
     rows = []
     for (backend, precision, golden), group in tiers.items():
@@ -57,17 +59,39 @@ def markdown_summary(report: Report) -> str:
     """The whole summary as Markdown text."""
     header = ["backend", "tier", "verdict", "taps passed", "failed", "not supported", "worst tap", "max error",
               "tolerance used"]
-    lines = ["## parity", "", f"Fixture `{report.fixture}`.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in summary_rows(report)]
+    lines = ["## parity", "", f"Fixture `{report.fixture}`.", "", *_table(header, summary_rows(report.summaries))]
     if report.divergences:
         lines += ["", "### First divergences", ""]
         lines += [f"- {divergence_paragraph(d)}" for d in report.divergences]
+    lines += _decoding_lines(report, header)
     lines += ["", tolerances_line(report)]
     if report.loose:
         lines += ["", f"**{loose_line(report)}**"]
     lines += ["", f"**{verdict_line(report)}**", ""]
     return "\n".join(markdown_line(line) for line in lines)  # the sink: no line holds a break, a control or raw HTML
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows)]
+
+
+def _decoding_lines(report: Report, header: list[str]) -> list[str]:
+    """The decoding check: the same table for its taps, the greedy tokens, its first divergences."""
+    from harness.decode_report import divergence_paragraph as decoding_paragraph
+    from harness.status import GreedyStatus
+
+    dec = report.decoding
+    if dec is None or not dec.available or not dec.runs:
+        return []
+    lines = ["", f"### Decoding ({len(dec.prompts)} prompts, prefill + {dec.steps} steps, against the full forward)",
+             "", *_table(header, summary_rows(dec.summaries)), ""]
+    differ = [g for g in dec.greedy if g.status != GreedyStatus.OK]
+    lines.append(f"Greedy tokens: {len(dec.greedy) - len(differ)} of {len(dec.greedy)} backend x prompt runs equal "
+                 "the golden's" + (f"; {dec.n_near_ties} near-tie(s)" if dec.n_near_ties else "") + ".")
+    for d in dec.divergences:
+        lines.append(f"- {decoding_paragraph(d, dec.sequences.get(d.case, []), dec.vocab)}")
+    return lines
 
 
 def write_markdown(report: Report, path: Path) -> None:
