@@ -7,9 +7,8 @@ every case of the fixture, each tap it declares in `supported_taps` (docs/adding
 
 from __future__ import annotations
 
-from harness.backends.base import BackendOutput, Precision
-from harness.backends.numpy_backend import NumpyBackend
-from harness.fixture import Fixture
+from harness.backends.numpy_backend import NumpyBackend  # a built-in to start from; a real port subclasses Backend
+from harness.plugin import BackendOutput, Fixture, Precision
 
 
 class MyPort(NumpyBackend):

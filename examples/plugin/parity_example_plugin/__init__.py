@@ -17,9 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.backends.base import Backend, BackendOutput, Precision
-from harness.errors import FixtureError
-from harness.fixture import Fixture
+from harness.plugin import Backend, BackendOutput, Fixture, FixtureError, Precision
 
 BUG_ENV = "PARITY_EXAMPLE_PLUGIN_BUG"
 _erf = np.frompyfunc(math.erf, 1, 1)  # math.erf on every element (float64, correctly rounded)
