@@ -43,7 +43,7 @@ from reference.taps import tap_names, tap_shape, tap_shape_template
 __all__ = [
     "DTYPES", "INPUT_NAME", "PRECISIONS", "Backend", "BackendFailed", "BackendOutput", "BackendUnavailable", "Case",
     "DecodeOutput", "DecodeRequest", "Fixture", "FixtureError", "GPTConfig", "ParityError", "Precision",
-    "expected_outputs", "module_available", "onnx_file", "ort_runner", "param_shapes", "read_safetensors", "requests_for", "run_cases",
-    "sinusoidal_positions", "softmax_f32", "steps_to_output", "tap_names", "tap_shape", "tap_shape_template",
-    "too_big",
+    "expected_outputs", "module_available", "onnx_file", "ort_runner", "param_shapes", "read_safetensors",
+    "requests_for", "run_cases", "sinusoidal_positions", "softmax_f32", "steps_to_output", "tap_names", "tap_shape",
+    "tap_shape_template", "too_big"
 ]
