@@ -147,13 +147,13 @@ def staging_directory(target: Path) -> Iterator[Path]:
     """
     parent = target.absolute().parent
     made = [p for p in (parent, *parent.parents) if not p.exists()]
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = parent / f".{target.name[:64]}{STAGE_MARK}{secrets.token_hex(4)}"
-        staging.mkdir(0o777)  # the umask applies
-    except OSError as exc:
-        raise WriteError(f"{target}: cannot create a directory beside it ({_why(exc)})") from None
-    try:
+    staging = parent / f".{target.name[:64]}{STAGE_MARK}{secrets.token_hex(4)}"
+    try:  # made inside the try: a Ctrl-C just after the mkdir still removes it
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            staging.mkdir(0o777)  # the umask applies
+        except OSError as exc:
+            raise WriteError(f"{target}: cannot create a directory beside it ({_why(exc)})") from None
         yield staging
     finally:
         if staging.exists():

@@ -58,7 +58,9 @@ def test_two_shards_merge_to_the_verdict_and_counts_of_one_run_of_both(
     assert checks(merged) == checks(one) and merged["counts"]["passed"] > 0
     assert runs_of(merged) == runs_of(one) and ("onnxruntime", "fp64", "not_supported") in runs_of(one)
     assert len(merged["taps"]) == len(one["taps"]) and len(merged["budget"]) == len(one["budget"])
-    assert ET.parse(junit).getroot().get("tests") == str(len(one["taps"]))
+    # a testcase per tap of every tier, per decoding tap, per prompt's greedy tokens (test_views_decoding.py)
+    expected = len(one["taps"]) + len(one["decoding"]["summaries"]) + len(one["decoding"]["greedy"])
+    assert ET.parse(junit).getroot().get("tests") == str(expected)
     assert "| onnxruntime | fp32 vs fp32 | pass |" in md.read_text()
 
 
