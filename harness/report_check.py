@@ -27,8 +27,7 @@ from harness.compare import (
     CheckResult,
     FirstDivergence,
     TapSummary,
-    first_divergence,
-    summarize_tap,
+    fold,
 )
 from harness.errors import EXIT_BAD_INPUT, ParityError
 from harness.precision import PRECISIONS, tiers_for
@@ -171,22 +170,15 @@ def check_runs(path: Path, runs: list[BackendRun], results: list[CheckResult]) -
         raise _refuse(path, f"it has results of {backend} {precision}, and no run of it")
 
 
-def _groups(results: list[CheckResult]) -> dict[tuple[str, str, str], list[CheckResult]]:
-    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
-    for r in results:
-        groups.setdefault((r.backend, r.precision, r.golden), []).append(r)
-    return groups
+def _fold(results: list[CheckResult]) -> tuple[list[TapSummary], list[FirstDivergence]]:
+    """The report's rows folded by the one fold of live runs (`compare.fold`), taps in the rows' own order
+    (rows are written in dataflow order)."""
+    return fold(results, list(dict.fromkeys(r.tap for r in results)))
 
 
 def check_summaries(path: Path, results: list[CheckResult], summaries: list[TapSummary]) -> None:
-    """Its `taps` entries are its results folded by tap (`compare.summarize_tap`), one each."""
-    derived: dict[tuple[str, str, str, str], TapSummary] = {}
-    for group in _groups(results).values():
-        by_tap: dict[str, list[CheckResult]] = {}
-        for r in group:
-            by_tap.setdefault(r.tap, []).append(r)
-        for tap, rows in by_tap.items():
-            derived[(rows[0].backend, rows[0].precision, rows[0].golden, tap)] = summarize_tap(rows)
+    """Its `taps` entries are its results folded by tap (`compare.fold`), one each."""
+    derived = {(d.backend, d.precision, d.golden, d.tap): d for d in _fold(results)[0]}
     claimed: set[tuple[str, str, str, str]] = set()
     for s in summaries:
         _strings(path, s, ("backend", "precision", "golden", "tap"), "taps")
@@ -207,12 +199,7 @@ def check_summaries(path: Path, results: list[CheckResult], summaries: list[TapS
 
 def check_divergences(path: Path, results: list[CheckResult], divergences: list[FirstDivergence]) -> None:
     """One first divergence per failing tier, at the tap its results give; none for a tier that passes."""
-    derived: dict[tuple[str, str, str], FirstDivergence] = {}
-    for key, group in _groups(results).items():
-        order = list(dict.fromkeys(r.tap for r in group))  # rows are written in dataflow order
-        div = first_divergence(group, order)
-        if div is not None:
-            derived[key] = div
+    derived = {(d.backend, d.precision, d.golden): d for d in _fold(results)[1]}
     claimed: set[tuple[str, str, str]] = set()
     for d in divergences:
         key = (d.backend, d.precision, d.golden)
