@@ -99,13 +99,16 @@ def run_lens(
     taps = lens_taps(fixture)
     say = progress or (lambda _msg: None)
     for backend in [guarded(b) for b in backends]:
-        if not set(taps) <= set(backend.taps(fixture)):
+        declined = backend.declined(fixture)  # as `parity run` does: a backend that declines is not run
+        supported = [] if declined else backend.taps(fixture)
+        if not set(taps) <= set(supported):
             if not default_selection:
-                print(f"parity lens: {backend.name} does not produce the logit_lens taps: not checked", file=out)
+                why = f"declines this fixture ({declined})" if declined else "does not produce the logit_lens taps"
+                print(f"parity lens: {backend.name} {why}: not checked", file=out)
             continue
         for precision in backend.precisions:
             say(f"parity: running {backend.name} ({precision}) ...")
-            _, output = backend.outputs(fixture, precision)
+            _, output = backend.outputs(fixture, precision, supported)
             if any(t not in output[case] for t in taps):
                 raise BackendFailed(f"backend {backend.name!r} ({precision}) returned no logit_lens taps for {case!r}")
             mine = {t: fixture.select_rows(t, fixture.case(case), output[case][t]) for t in taps}

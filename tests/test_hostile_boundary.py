@@ -126,6 +126,8 @@ EXIT_2 = [
      ("nothing compared", "only one run")),
     ("nothing-lens-no-lens-taps", ["lens", "--case", "grammar_0", "--backends", "no-lens-taps"],
      ("nothing compared", "logit_lens")),
+    ("nothing-lens-a-declining-backend-is-not-run", ["lens", "--case", "grammar_0", "--backends",
+                                                     "declines-but-crashes"], ("nothing compared",)),
 ]
 EXIT_1 = [
     ("judged-plugin-overrides-run-wrong", _fp64_run("subclass-overrides-run-wrong")),
@@ -147,6 +149,8 @@ def test_exits_2_with_one_line(runs: dict[str, subprocess.CompletedProcess[str]]
     proc = runs[case]
     assert_exit_2_one_line(proc, *needles)
     assert "AGREE" not in proc.stdout
+    if "declining" in case:  # not run: said so, and its run (which would crash) never started
+        assert "declines-but-crashes declines this fixture (too big for this test)" in proc.stdout
 
 
 @pytest.mark.parametrize("case", [c for c, _ in EXIT_1], ids=[c for c, _ in EXIT_1])

@@ -372,9 +372,11 @@ class GuardedBackend:
         if extra is not _END:
             raise BackendMisbehaved(f"backend {self.name!r}: run_cases yielded more cases than the fixture has")
 
-    def outputs(self, fixture: Fixture, precision: Precision) -> tuple[list[str], BackendOutput]:
-        """Its declared taps and its whole checked output {case: {tap: array}} (for the lens, check-backend)."""
-        supported = self.taps(fixture)
+    def outputs(self, fixture: Fixture, precision: Precision,
+                supported: list[str] | None = None) -> tuple[list[str], BackendOutput]:
+        """Its declared taps (`supported`, when the caller already has them from `taps`) and its whole checked
+        output {case: {tap: array}} (for the lens, check-backend)."""
+        supported = self.taps(fixture) if supported is None else supported
         return supported, {case.name: taps for case, taps in self.forward(fixture, precision, supported)}
 
     # -- decoding -----------------------------------------------------------------------------

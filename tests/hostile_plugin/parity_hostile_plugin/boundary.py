@@ -156,3 +156,15 @@ class NoLensTaps(NumpyBackend):
 
     def supported_taps(self, fixture: Fixture) -> list[str]:
         return [t for t in fixture.tap_names if not t.startswith("logit_lens.")]
+
+
+class DeclinesButCrashes(NumpyBackend):
+    """Declines every fixture; its run would crash, so a command that ran it anyway would say so."""
+
+    name: ClassVar[str] = "declines-but-crashes"
+
+    def declines(self, fixture: Fixture) -> str | None:
+        return "too big for this test"
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        raise Boom("run although it declined")
