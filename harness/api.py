@@ -71,21 +71,13 @@ def load(path: str | os.PathLike[str] | None = None, *, allow_loose_tolerances: 
     included, before any backend runs; `FixtureError` (a `ParityError`) naming the file on any problem."""
     fixture = load_fixture(Path(path) if path is not None else default_fixture_dir(),
                            allow_loose_tolerances=allow_loose_tolerances)
-    _prepare(fixture)
+    fixture.check_before_running()
     return fixture
-
-
-def _prepare(fixture: Fixture) -> None:
-    """What `parity run` checks before any backend runs: both golden files and the weights."""
-    for precision in PRECISIONS:
-        fixture.preload_golden(precision)
-    fixture.weights()
-    fixture.release_weights()
 
 
 def _fixture(fixture: FixtureLike) -> Fixture:
     if isinstance(fixture, Fixture):
-        _prepare(fixture)  # idempotent: a fixture loaded by `load` is not read again
+        fixture.check_before_running()  # idempotent: a fixture loaded by `load` is not read again
         return fixture
     if fixture is None or isinstance(fixture, (str, os.PathLike)):
         return load(fixture)

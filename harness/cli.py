@@ -102,10 +102,7 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
     nothing = _nothing_to_compare(backends, _precisions(args.precision))
     if nothing:
         raise ParityError(nothing)
-    for precision in PRECISIONS:
-        fixture.preload_golden(precision)  # validate both golden files before spending time on backends
-    fixture.weights()
-    fixture.release_weights()  # checked; a GPT-2-sized copy is not kept while the backends run
+    fixture.check_before_running()  # before spending time on backends
     if args.save_outputs is not None:
         from harness.dump import check_dump_names, check_writable
 
@@ -189,10 +186,7 @@ def _compare(args: argparse.Namespace) -> int:
 
         check_plot_path(Path(args.plot))
         require_matplotlib()
-    for precision in PRECISIONS:
-        fixture.preload_golden(precision)
-    fixture.weights()
-    fixture.release_weights()
+    fixture.check_before_running()
     report = compare_dumps(fixture, [Path(p) for p in args.dumps], budget=args.budget or args.json is not None)
     dumps = ", ".join(f"{run.backend} {run.precision}" for run in report.runs)
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "

@@ -444,6 +444,14 @@ class Fixture:
         if self.weights_path.stat().st_size > LAZY_GOLDEN_BYTES:
             self._weights = None
 
+    def check_before_running(self) -> None:
+        """Before any backend runs (`parity run`, `parity compare`, the API): both golden files and the weights
+        validated, so a broken fixture costs no backend time; a GPT-2-sized copy of the weights is not kept."""
+        for precision in PRECISIONS:
+            self.preload_golden(precision)
+        self.weights()
+        self.release_weights()
+
     def golden(self, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
         """The reference taps {case: {tap: array}} of one tier, checked: every key, shape, dtype, no NaN."""
         if precision not in self._golden:
