@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.fixture import default_fixture_dir, load_fixture
-from harness.presets import SCALED_C
-from harness.registry import backend_entry_points, load_backend
+from parity_harness.authoring.presets import SCALED_C
+from parity_harness.backends.registry import backend_entry_points, load_backend
+from parity_harness.fixture.fixture import default_fixture_dir, load_fixture
 
 
 def bench_backends(fixture_dir: str, repeat: int) -> None:
@@ -50,7 +50,7 @@ def bench_backends(fixture_dir: str, repeat: int) -> None:
 
 
 def bench_training() -> None:
-    from reference.train_tiny import run_experiment
+    from parity_reference.train_tiny import run_experiment
 
     start = time.perf_counter()
     results, _ = run_experiment(progress=False)
@@ -69,7 +69,7 @@ def bench_preset(preset: str, keep: str | None) -> int:
 
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix=f"parity-{preset}-")) / "fixture"
     try:
-        cli = [sys.executable, "-m", "harness"]
+        cli = [sys.executable, "-m", "parity_harness"]
         rows: list[tuple[str, float, float, str]] = []
         if not (root / "manifest.json").is_file():
             m = measure([*cli, "export", "--preset", preset, "--fixture", str(root)])

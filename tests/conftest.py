@@ -12,9 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from harness.fixture import MANIFEST, sha256_file
-from harness.manifest import manifest_digest
+from parity_harness.fixture.fixture import MANIFEST, sha256_file
+from parity_harness.fixture.schema import manifest_digest
 
 REPO = Path(__file__).resolve().parent.parent
 # Set by `nox -s tests` (and so by CI): a skip there means a built-in backend's dependency is
@@ -74,13 +73,13 @@ def local_toy(tmp_path_factory: pytest.TempPathFactory, toy_dir: Path) -> Path:
     another platform, which rounds differently, so exactness is only a same-platform claim.
     """
     pytest.importorskip("torch")
-    from harness.export import write_fixture
-    from harness.fixture import load_fixture
+    from parity_harness.authoring.export import write_fixture
+    from parity_harness.fixture.fixture import load_fixture
 
     toy = load_fixture(toy_dir)
     root = tmp_path_factory.mktemp("local") / "toy"
     onnx = {kind: path for kind in ("all_taps", "logits") if (path := toy.onnx_path(kind)) is not None}
-    from harness.onnx_decode import decode_graph
+    from parity_harness.backends.onnx.decode import decode_graph
 
     write_fixture(root, toy.weights(), int(toy.manifest["provenance"]["seed"]),
                   int(toy.manifest["provenance"]["steps"]), with_onnx=onnx,  # type: ignore[arg-type]
@@ -121,7 +120,7 @@ def edit_manifest(root: Path, change: Callable[[dict], object], rehash_files: bo
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`python -m harness ARGS` in a subprocess, as a user would run it."""
+    """`python -m parity_harness ARGS` in a subprocess, as a user would run it."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "parity_harness", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=REPO)

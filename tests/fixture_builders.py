@@ -1,6 +1,6 @@
-"""The random-weight fixture the tests build (torch needed), through harness.fixture_writer.
+"""The random-weight fixture the tests build (torch needed), through parity_harness.authoring.fixture_writer.
 
-`build_random_fixture` writes `reference.model.GPT(config)` after `torch.manual_seed(seed)` (GPT-2's
+`build_random_fixture` writes `parity_reference.model.GPT(config)` after `torch.manual_seed(seed)` (GPT-2's
 init), its golden taps from `run_with_taps` in float32 and in float64 (the stored float32 weights
 upcast), and optionally both ONNX graphs (~10 s a graph).
 """
@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from harness.fixture import Case
-from harness.fixture_writer import write_fixture_files
-from harness.tolerances import FP32_ATOL, FP64_ATOL
-from reference.config import TOY, GPTConfig
-from reference.run import reference_taps
+from parity_harness.authoring.fixture_writer import write_fixture_files
+from parity_harness.fixture.fixture import Case
+from parity_harness.fixture.tolerances import FP32_ATOL, FP64_ATOL
+from parity_reference.config import TOY, GPTConfig
+from parity_reference.run import reference_taps
 
 # T = 1, 5 and 16 (= n_ctx).
 CASES = (
@@ -42,7 +41,7 @@ def build_random_fixture(
 ) -> Path:
     """Write a complete fixture of random weights into `root` and return `root`."""
     torch = pytest.importorskip("torch")
-    from reference.model import GPT
+    from parity_reference.model import GPT
 
     torch.manual_seed(seed)
     weights = {k: v.detach().to(torch.float32).numpy() for k, v in GPT(config).params().items()}

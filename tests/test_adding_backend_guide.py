@@ -5,7 +5,7 @@ Markers in the guide (HTML comments, invisible when rendered), each right before
 - `<!-- guide-step: run [expect="TEXT"] -->`: each line of the block is a command that must exit 0
   (and print TEXT, if given). `pip install ...` runs as `python -m pip install --no-deps
   --no-build-isolation --no-index ...` (tests/test_plugin.pip_install_command) and `parity ...` as
-  `python -m harness ...`, with the Python of a fresh virtual environment that sees this one's
+  `python -m parity_harness ...`, with the Python of a fresh virtual environment that sees this one's
   packages (tests/test_plugin.make_child_env), so no network is used and the running environment
   is never changed;
 - `<!-- guide-excerpt: FILE -->`: every line of the block (but `...`) appears in FILE, verbatim;
@@ -76,7 +76,7 @@ def _command(python: Path, line: str) -> list[str]:
     if words[:2] == ["pip", "install"]:
         return pip_install_command(python, *words[2:])
     if words[0] == "parity":
-        return words[1:]  # run_harness adds `python -m harness`
+        return words[1:]  # run_harness adds `python -m parity_harness`
     raise AssertionError(f"the guide runs {words[0]!r}; teach this test how to run it")
 
 

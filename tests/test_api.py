@@ -1,4 +1,4 @@
-"""The public Python API (harness/api.py) and the pytest plugin (harness/pytest_plugin.py).
+"""The public Python API (harness/parity_harness/api.py) and the pytest plugin (harness/parity_harness/pytest_plugin.py).
 
 Classes of tests: the API's calls (`api-`), Report truthiness (`truth-`), the assertion's message
 (`assert-`), the render formats (`render-`), the plugin run by pytest in a subprocess (`plugin-`), and
@@ -22,15 +22,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from parity_harness import api
+from parity_harness.core.status import Verdict
+from parity_harness.backends.base import BackendOutput, Precision
+from parity_harness.backends.numpy_backend import NumpyBackend
+from parity_harness.compare.report import Report
+from parity_harness.core.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
+from parity_harness.fixture.decoding import DecodeOutput, DecodeRequest
+from parity_harness.fixture.fixture import Fixture, default_fixture_dir
+from parity_harness.views.console import divergence_paragraph, print_report, report_json, verdict_line
 
-from harness import api
-from harness.backends.base import BackendOutput, Precision
-from harness.backends.numpy_backend import NumpyBackend
-from harness.decoding import DecodeOutput, DecodeRequest
-from harness.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
-from harness.fixture import Fixture, default_fixture_dir
-from harness.report import divergence_paragraph, print_report, report_json, verdict_line
-from harness.results import Report
 from tests.conftest import REPO
 from tests.test_plugin import make_child_env, pip_install_command
 
@@ -107,7 +108,7 @@ def test_api_load_refuses_a_missing_directory(tmp_path: Path) -> None:
 
 def test_api_run_by_name_and_by_instance(toy: Fixture) -> None:
     report = api.run(["numpy", LiesAt(delta=0.0)], toy, "fp64", decoding=False)
-    assert report.passed and report.exit_code == 0
+    assert report.passed and report.verdict == Verdict.AGREE
     assert [(r.backend, r.precision, r.status) for r in report.runs] == [("numpy", "fp64", "ran"),
                                                                           ("lies-at", "fp64", "ran")]
     assert report.taps_compared() == {"numpy": (43, 43), "lies-at": (43, 43)}
@@ -116,14 +117,14 @@ def test_api_run_by_name_and_by_instance(toy: Fixture) -> None:
 
 def test_api_run_a_liar_is_a_falsy_report_naming_its_tap(toy: Fixture) -> None:
     report = api.run(LiesAt(), toy, ["fp32"], decoding=False)
-    assert report.exit_code == 1 and not report.passed
+    assert report.verdict == Verdict.DISAGREE and not report.passed
     assert {d.tap for d in report.divergences} == {LYING_TAP}
 
 
 def test_api_run_checks_decoding_unless_told_not_to(toy: Fixture) -> None:
     report = api.run(DecodesWrong(), toy, "fp64")
-    assert report.n_failed == 0 and report.n_decoding_failed > 0 and report.exit_code == 1
-    assert api.run(DecodesWrong(), toy, "fp64", decoding=False).exit_code == 0
+    assert report.n_failed == 0 and report.n_decoding_failed > 0 and report.verdict == Verdict.DISAGREE
+    assert api.run(DecodesWrong(), toy, "fp64", decoding=False).verdict == Verdict.AGREE
 
 
 @pytest.mark.parametrize(("backends", "precisions", "needle"), [
@@ -154,7 +155,7 @@ def test_api_a_crashing_backend_is_backendfailed_not_an_assertion(toy: Fixture) 
 
 
 def test_api_compare_dumps_judges_saved_outputs_like_a_run(toy: Fixture, tmp_path: Path) -> None:
-    from harness.dump import save_outputs
+    from parity_harness.run.dump import save_outputs
 
     good = api.run("numpy", toy, "fp64", decoding=False, keep_outputs=True)
     bad = api.run(LiesAt(), toy, "fp64", decoding=False, keep_outputs=True)
@@ -171,10 +172,10 @@ def test_api_compare_dumps_judges_saved_outputs_like_a_run(toy: Fixture, tmp_pat
 
 
 def test_api_is_reachable_from_the_package() -> None:
-    proc = subprocess.run([sys.executable, "-c", "import harness, sys; assert 'harness.api' not in sys.modules; "
-                           "print(harness.api.assert_agrees.__module__)"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", "import parity_harness, sys; assert 'parity_harness.api' not in sys.modules; "
+                           "print(parity_harness.api.assert_agrees.__module__)"], capture_output=True, text=True,
                           timeout=60, check=False)
-    assert proc.returncode == 0 and proc.stdout.strip() == "harness.api", proc.stderr
+    assert proc.returncode == 0 and proc.stdout.strip() == "parity_harness.api", proc.stderr
 
 
 # -- truth: a Report is truthy exactly when it passes ----------------------------------------------
@@ -188,10 +189,11 @@ def test_truth_a_report_is_truthy_exactly_when_it_passes(toy: Fixture) -> None:
         "nothing-compared": api.run(Fp64Only(), toy, "fp32"),
         "empty": Report("nowhere"),
     }
-    exit_codes = {name: r.exit_code for name, r in reports.items()}
-    assert exit_codes == {"pass": 0, "forward-fail": 1, "decoding-fail": 1, "nothing-compared": 2, "empty": 2}
+    verdicts = {name: r.verdict for name, r in reports.items()}
+    assert verdicts == {"pass": Verdict.AGREE, "forward-fail": Verdict.DISAGREE, "decoding-fail": Verdict.DISAGREE,
+                        "nothing-compared": Verdict.NOTHING_COMPARED, "empty": Verdict.NOTHING_COMPARED}
     for name, report in reports.items():
-        assert bool(report) is report.passed is (report.exit_code == 0), name
+        assert bool(report) is report.passed is (report.verdict == Verdict.AGREE), name
 
 
 # -- assert: the assertion and its message ---------------------------------------------------------
@@ -247,7 +249,7 @@ def test_assert_nothing_compared_is_an_assertion_too(toy: Fixture) -> None:
     lines = str(caught.value).splitlines()
     assert lines[0] == "nothing was compared: fp64-only fp32: computes in fp64 only"
     assert lines[-1].startswith("ERROR: nothing was compared")
-    assert caught.value.report.exit_code == 2
+    assert caught.value.report.verdict == Verdict.NOTHING_COMPARED
 
 
 def test_assert_failure_message_is_empty_for_a_pass(toy: Fixture) -> None:
@@ -277,7 +279,7 @@ def test_render_json_is_the_documented_schema(failing_report: Report, tmp_path: 
 
 
 def test_render_junit_is_what_write_junit_writes(failing_report: Report, tmp_path: Path) -> None:
-    from harness.junit import write_junit
+    from parity_harness.views.junit import write_junit
 
     write_junit(failing_report, tmp_path / "cli.xml")
     text = api.render(failing_report, "junit", tmp_path / "api.xml")
@@ -288,7 +290,7 @@ def test_render_junit_is_what_write_junit_writes(failing_report: Report, tmp_pat
 
 def test_render_markdown_is_the_summary(failing_report: Report, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.markdown import markdown_summary
+    from parity_harness.views.markdown import markdown_summary
 
     summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -343,10 +345,10 @@ def test_assert_message_is_made_safe_at_its_sink(toy: Fixture) -> None:
 
 
 def plugin_args() -> list[str]:
-    """`-p harness.pytest_plugin` unless this environment's parity already registers it (pytest11)."""
-    registered = any(ep.name == "parity" and ep.value == "harness.pytest_plugin"
+    """`-p parity_harness.pytest_plugin` unless this environment's parity already registers it (pytest11)."""
+    registered = any(ep.name == "parity" and ep.value == "parity_harness.pytest_plugin"
                      for ep in importlib.metadata.entry_points(group="pytest11"))
-    return [] if registered else ["-p", "harness.pytest_plugin"]
+    return [] if registered else ["-p", "parity_harness.pytest_plugin"]
 
 
 def run_pytest(cwd: Path, *args: str, python: str = sys.executable,
@@ -362,12 +364,12 @@ def copy_example(dest: Path) -> Path:
 
 def test_plugin_is_registered_as_a_pytest11_entry_point() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["entry-points"]["pytest11"] == {"parity": "harness.pytest_plugin"}
+    assert project["entry-points"]["pytest11"] == {"parity": "parity_harness.pytest_plugin"}
 
 
 def test_plugin_import_is_cheap() -> None:
-    code = ("import sys, harness.pytest_plugin; heavy = [m for m in ('numpy', 'torch', 'onnx', 'onnxruntime', "
-            "'safetensors', 'harness.api', 'harness.fixture') if m in sys.modules]; print(heavy)")
+    code = ("import sys, parity_harness.pytest_plugin; heavy = [m for m in ('numpy', 'torch', 'onnx', 'onnxruntime', "
+            "'safetensors', 'parity_harness.api', 'parity_harness.fixture.fixture') if m in sys.modules]; print(heavy)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
@@ -385,7 +387,7 @@ def test_plugin_a_lying_port_fails_naming_the_tap(tmp_path: Path) -> None:
     shown = [ln for ln in proc.stdout.splitlines() if ln.startswith("E ") and "ParityAssertionError" in ln]
     assert len(shown) == 1, proc.stdout[-3000:]  # the message's first line, on pytest's "E" line
     assert shown[0].split(None, 1)[1].startswith(
-        f"harness.api.ParityAssertionError: first divergence at {LYING_TAP}: lying-port fp64 vs fp64"), shown
+        f"parity_harness.api.ParityAssertionError: first divergence at {LYING_TAP}: lying-port fp64 vs fp64"), shown
     assert "1 failed" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
     failure = ET.parse(tmp_path / "junit.xml").getroot().find(".//testcase/failure")
     assert failure is not None
@@ -431,7 +433,7 @@ def test_plugin_a_broken_fixture_is_one_line_at_setup(tmp_path: Path) -> None:
 
 def test_plugin_a_crashing_backend_fails_the_test_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "test_crash.py").write_text(
-        "from harness.backends.numpy_backend import NumpyBackend\n\n"
+        "from parity_harness.backends.numpy_backend import NumpyBackend\n\n"
         "class Crashes(NumpyBackend):\n    name = 'crashes'\n\n"
         "    def run(self, fixture, precision):\n        raise RuntimeError('out of cheese')\n\n"
         "def test_crash(parity):\n    parity.assert_agrees(Crashes())\n")
@@ -479,10 +481,10 @@ def test_install_the_example_suite_passes_through_the_entry_point(installed_pyth
                                                                  tmp_path: Path) -> None:
     python, src = installed_python
     example = copy_example(tmp_path / "example")
-    where = subprocess.run([str(python), "-c", "import harness, importlib.metadata as m; print(harness.__file__); "
+    where = subprocess.run([str(python), "-c", "import parity_harness, importlib.metadata as m; print(parity_harness.__file__); "
                             "print(sorted(e.value for e in m.entry_points(group='pytest11') if e.name == 'parity'))"],
                            capture_output=True, text=True, cwd=example, env=child_env(), timeout=60, check=False)
-    assert where.stdout.splitlines() == [str(src / "harness" / "__init__.py"), "['harness.pytest_plugin']"], \
+    assert where.stdout.splitlines() == [str(src / "harness" / "parity_harness" / "__init__.py"), "['parity_harness.pytest_plugin']"], \
         where.stdout + where.stderr
     proc = run_pytest(example, "-q", python=str(python), env=child_env())  # no -p: the entry point loads it
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

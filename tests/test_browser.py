@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from parity_harness.backends.browser import driver as browser
+from parity_harness.backends.browser.typescript_browser_backend import TypeScriptBrowserBackend
+from parity_harness.backends.node.runtime import find_node
+from parity_harness.core.errors import FixtureError
+from parity_harness.tools.mutants import Mutant, by_name
+from parity_harness.tools.serve import make_server, routes, serving
 
-from harness import browser
-from harness.backends.typescript_browser_backend import TypeScriptBrowserBackend
-from harness.errors import FixtureError
-from harness.mutants import Mutant, by_name
-from harness.node import find_node
-from harness.serve import make_server, routes, serving
 from tests.conftest import REPO, run_cli
 
 BACKENDS = "typescript-browser,onnxruntime-web"  # onnxruntime-web-optimized: in test_parity_full.py
@@ -263,7 +263,7 @@ def test_killing_parity_mid_run_takes_the_browser_with_it(toy_dir: Path, session
     marker = "31718"
     chrome = fake_chrome(tmp_path, f"sleep {marker}")
     parity = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--fixture", str(toy_dir), "--backends", "typescript-browser"],
+        [sys.executable, "-m", "parity_harness", "run", "--fixture", str(toy_dir), "--backends", "typescript-browser"],
         env={**os.environ, **env(session_tmp, PARITY_CHROME=str(chrome), PARITY_BROWSER_TIMEOUT="60")},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
     )

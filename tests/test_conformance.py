@@ -11,12 +11,12 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from parity_harness.backends.base import BackendOutput, Precision
+from parity_harness.backends.numpy_backend import NumpyBackend
+from parity_harness.core.precision import DTYPES
+from parity_harness.fixture.fixture import Fixture, load_fixture
+from parity_harness.tools.conformance import ConformanceResult, check_backend
 
-from harness.backends.base import BackendOutput, Precision
-from harness.backends.numpy_backend import NumpyBackend
-from harness.conformance import ConformanceResult, check_backend
-from harness.fixture import Fixture, load_fixture
-from harness.precision import DTYPES
 from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ class NoTokenCheck(NumpyBackend):
     """Indexes the embedding table without checking: an IndexError escapes."""
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        from reference.numpy_model import forward
+        from parity_reference.numpy_model import forward
 
         params = {k: v.astype(DTYPES[precision]) for k, v in fixture.weights().items()}
         return {c.name: forward(params, fixture.config, list(c.tokens)) for c in fixture.cases}
@@ -148,7 +148,7 @@ class ClampsTokens(NumpyBackend):
     """Silently clamps bad token ids: it returns numbers for bad input."""
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        from reference.numpy_model import forward
+        from parity_reference.numpy_model import forward
 
         V = fixture.config.vocab_size
         params = {k: v.astype(DTYPES[precision]) for k, v in fixture.weights().items()}
@@ -222,7 +222,7 @@ def test_onnx_files_are_carried_into_derived_fixtures(tmp_path: Path, fixture: F
     import json
     import shutil
 
-    from harness.conformance import _rehash
+    from parity_harness.tools.conformance import _rehash
 
     root = tmp_path / "with_onnx"
     shutil.copytree(fixture.root, root)
@@ -247,7 +247,7 @@ def test_onnx_files_are_carried_into_derived_fixtures(tmp_path: Path, fixture: F
 
 def test_cli_check_backend_numpy(fixture: Fixture) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "check-backend", "numpy", "--fixture", str(fixture.root)],
+        [sys.executable, "-m", "parity_harness", "check-backend", "numpy", "--fixture", str(fixture.root)],
         capture_output=True,
         text=True,
         timeout=300,

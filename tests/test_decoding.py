@@ -13,15 +13,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parity_harness.backends.numpy_backend import NumpyBackend
+from parity_harness.cli.exit_codes import for_verdict
+from parity_harness.core.status import Verdict
+from parity_harness.compare.decoding import FAIL, NEAR_TIE, greedy_checks
+from parity_harness.compare.judge import CheckResult
+from parity_harness.core.status import Status
+from parity_harness.fixture.decoding import golden_decoding, step_key, top2_margin
+from parity_harness.fixture.fixture import MANIFEST, Fixture, load_fixture
+from parity_harness.run.runner import run_parity
+from parity_harness.views.console import print_report, write_json
 
-from harness.backends.numpy_backend import NumpyBackend
-from harness.compare import CheckResult
-from harness.decode_check import FAIL, NEAR_TIE, greedy_checks
-from harness.decoding import golden_decoding, step_key, top2_margin
-from harness.fixture import MANIFEST, Fixture, load_fixture
-from harness.report import print_report, write_json
-from harness.runner import run_parity
-from harness.status import Status
 from tests.conftest import REPO, edit_manifest, run_cli
 
 MASK_ANCHOR = "config.causal && j > pos ?"
@@ -33,12 +35,12 @@ def toy(toy_dir: Path) -> Fixture:
 
 
 def _report_text(fixture: Fixture, backends: list[str]) -> tuple[int, str]:
-    from harness.registry import load_backend
+    from parity_harness.backends.registry import load_backend
 
     report = run_parity(fixture, [load_backend(b) for b in backends], progress=None)
     out = io.StringIO()
     print_report(report, out)
-    return report.exit_code, out.getvalue()
+    return for_verdict(report.verdict), out.getvalue()
 
 
 def test_the_toy_declares_its_decoding_goldens(toy: Fixture) -> None:
@@ -84,9 +86,9 @@ def test_a_malformed_decoding_section_is_bad_input(fixture_copy: Path) -> None:
 
 def test_a_wrong_decoding_golden_fails_the_run_at_its_step_and_tap(fixture_copy: Path, toy: Fixture) -> None:
     """One cached key changed in the fp64 decoding golden: numpy fp64 fails there, exit 1, the rest agrees."""
+    from parity_harness.fixture.fixture import read_safetensors
     from safetensors.numpy import save_file
 
-    from harness.fixture import read_safetensors
     from tests.conftest import rehash
 
     path = fixture_copy / "golden.decode.fp64.safetensors"
@@ -135,7 +137,7 @@ def test_a_differing_greedy_token_is_a_near_tie_when_the_logits_agree(toy: Fixtu
 
 
 def test_merged_reports_keep_the_decoding_verdict(toy: Fixture, tmp_path: Path) -> None:
-    from harness.merge import merge_reports
+    from parity_harness.run.merge import merge_reports
 
     first = run_parity(toy, [NumpyBackend()], ["fp32"], progress=None)
     write_json(first, tmp_path / "a.json")
@@ -148,7 +150,7 @@ def test_merged_reports_keep_the_decoding_verdict(toy: Fixture, tmp_path: Path) 
     merged = merge_reports([tmp_path / "a.json", tmp_path / "b.json"])
     assert merged.decoding is not None
     assert {(r.backend, r.precision) for r in merged.decoding.runs} == {("numpy", "fp32"), ("numpy", "fp64")}
-    assert merged.exit_code == 1
+    assert merged.verdict == Verdict.DISAGREE
 
 
 # -- parity generate ------------------------------------------------------------------------------

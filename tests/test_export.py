@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parity_harness.authoring.export import make_cases
+from parity_harness.fixture.platforms import IDENTITY_KEYS, describe, same_platform
 from safetensors.numpy import load_file, save_file
 
-from harness.export import make_cases
-from harness.platforms import IDENTITY_KEYS, describe, same_platform
 from tests.conftest import AVX512_VECTOR, edit_manifest, rehash, run_cli
 from tests.test_parity_full import builtin_backends
 
@@ -176,8 +176,8 @@ def test_platform_identity_needs_every_key() -> None:
 
 def test_retraining_rule_bit_for_bit_on_the_training_platform_and_by_loss_elsewhere() -> None:
     """A 50-step model (fast): bit-identical passes; a changed weight fails here and passes by loss elsewhere."""
-    from harness.export import _check_retraining, train_weights
-    from harness.platforms import current_platform
+    from parity_harness.authoring.export import _check_retraining, train_weights
+    from parity_harness.fixture.platforms import current_platform
 
     here = current_platform()
     lines: list[str] = []

@@ -6,9 +6,8 @@ import math
 from collections import Counter, defaultdict
 
 import pytest
-
-from reference.config import TOY
-from reference.grammar import (
+from parity_reference.config import TOY
+from parity_reference.grammar import (
     VOCAB,
     decode,
     encode,

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parity_harness.core.strict_json import StrictJSONError, loads_strict
+from parity_harness.fixture.schema import SEAL_KEY
 from safetensors.numpy import load_file, save_file
 
-from harness.manifest import SEAL_KEY
-from harness.strict_json import StrictJSONError, loads_strict
 from tests.conftest import edit_manifest, rehash, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line, run_all
 

@@ -2,7 +2,7 @@
 
 The plugin package is registered the way any plugin is, through an entry-point file
 (`tests/hostile_plugin/parity_hostile_plugin-0.1.0.dist-info/entry_points.txt`); putting its
-directory on PYTHONPATH for a `python -m harness` subprocess makes `importlib.metadata` find it,
+directory on PYTHONPATH for a `python -m parity_harness` subprocess makes `importlib.metadata` find it,
 with nothing installed. Each case is one backend misbehaving in one way; the test checks the exit
 code, exactly one `parity: error:` line on stderr naming the backend, no traceback, and no PASS.
 The case ids start with their class (exit, decl, state, output); docs/security.md has the command
@@ -29,7 +29,7 @@ PLUGIN_DIR = REPO / "tests" / "hostile_plugin"
 
 
 def run_hostile(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m harness ARGS` with the hostile plugin discoverable (PYTHONPATH), as users run it."""
+    """`python -m parity_harness ARGS` with the hostile plugin discoverable (PYTHONPATH), as users run it."""
     path = os.pathsep.join(p for p in (str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p)
     return run_cli(*args, env={"PYTHONPATH": path, **(env or {})}, timeout=120)
 
@@ -72,7 +72,7 @@ DECL = [
     ("decl-supported-taps-empty", ("supported_taps is empty",)),
     ("decl-requires-missing-dotted-module", ("needs no_such_package_for_parity.submodule",)),
     ("decl-name-mismatch", ("registered as 'decl-name-mismatch' calls itself 'decl-some-other-name'",)),
-    ("decl-not-a-backend", ("not a harness.backends.base.Backend subclass",)),
+    ("decl-not-a-backend", ("not a parity_harness.backends.base.Backend subclass",)),
 ]
 OUTPUT = [
     ("output-extra-case-of-nan", ("unknown case 'ghost'",)),
@@ -147,7 +147,7 @@ def test_state_a_backend_that_scales_its_weights_does_not_break_the_next_one(cas
 def test_exit_a_genuine_ctrl_c_still_exits_130(case: str) -> None:
     """A real SIGINT is not a backend crash: 'parity: interrupted', exit 130."""
     path = os.pathsep.join(p for p in (str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--backends", "exit-genuine-ctrl-c",
+    proc = subprocess.Popen([sys.executable, "-m", "parity_harness", "run", "--backends", "exit-genuine-ctrl-c",
                              "--precision", "fp64"], cwd=REPO, env={**os.environ, "PYTHONPATH": path},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -30,7 +30,7 @@ Doc = dict[str, Any]
 
 
 def run_reports(*args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m harness ARGS` with tests/report_plugin discoverable (PYTHONPATH), as users run it."""
+    """`python -m parity_harness ARGS` with tests/report_plugin discoverable (PYTHONPATH), as users run it."""
     path = os.pathsep.join(p for p in (str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p)
     return run_cli(*args, env={"PYTHONPATH": path}, timeout=120)
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from parity_harness.core.errors import FixtureError
+from parity_harness.fixture.fixture import load_fixture
+from parity_harness.tools.serve import make_server, routes
 
-from harness.errors import FixtureError
-from harness.fixture import load_fixture
-from harness.serve import make_server, routes
 from tests.conftest import REPO, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 from tests.test_parity_full import BUILTIN_PRECISIONS
@@ -132,11 +132,11 @@ def test_its_own_origin_gets_the_verified_bytes(toy_dir: Path, tmp_path: Path) -
 
 def test_the_parity_serve_command_answers_only_its_own_origin(toy_dir: Path) -> None:
     """`parity serve --port 0` as a user runs it (the page built with esbuild), then Ctrl-C."""
-    from harness import browser
+    from parity_harness.backends.browser import driver as browser
 
     if browser.missing(need_browser=False):
         pytest.skip(f"parity serve needs {browser.missing(need_browser=False)}")
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--fixture", str(toy_dir), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "parity_harness", "serve", "--fixture", str(toy_dir), "--port", "0"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stderr is not None
@@ -210,7 +210,7 @@ def test_serve_refuses_at_start_a_symlink_out_of_the_fixture(name: str, fixture_
     outside.mkdir()
     _link_out(name)(fixture_copy, outside)
     # The hashes match: only the link is wrong. A data file the manifest lists is refused by every
-    # command that loads the fixture (harness/fixture.py, fixture_file); the manifest itself by serve.
+    # command that loads the fixture (harness/parity_harness/fixture/fixture.py, fixture_file); the manifest itself by serve.
     proc = run_cli("serve", "--fixture", str(fixture_copy), "--port", "0", timeout=120)
     assert_exit_2_one_line(proc, name, "outside the fixture directory")
     with pytest.raises(FixtureError, match="outside the fixture directory"):
@@ -411,9 +411,9 @@ def test_hf_bf16_checkpoint_exports_exactly_and_passes_every_backend(tmp_path: P
 
 
 def test_hf_fp16_checkpoint_exports_exactly_and_agrees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.hf_import import export_from_hf
-    from harness.registry import load_backend
-    from harness.runner import run_parity
+    from parity_harness.authoring.hf_import import export_from_hf
+    from parity_harness.backends.registry import load_backend
+    from parity_harness.run.runner import run_parity
 
     ckpt = _checkpoint(tmp_path / "ckpt", "gelu_new", monkeypatch, dtype="float16")
     fixture = tmp_path / "fixture"
@@ -428,7 +428,7 @@ def test_hf_fp16_checkpoint_exports_exactly_and_agrees(tmp_path: Path, monkeypat
 
 
 def test_hf_mixed_dtypes_are_recorded_each_with_its_count(base_checkpoint: Path, tmp_path: Path) -> None:
-    from harness.hf_import import read_hf_config, read_hf_weights
+    from parity_harness.authoring.hf_import import read_hf_config, read_hf_weights
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(base_checkpoint, ckpt)
@@ -441,7 +441,7 @@ def test_hf_mixed_dtypes_are_recorded_each_with_its_count(base_checkpoint: Path,
 
 def test_hf_failed_export_leaves_nothing_behind(base_checkpoint: Path, tmp_path: Path) -> None:
     """A failure after the goldens are written (here: the ONNX export step raises) leaves no directory."""
-    from harness.hf_import import export_from_hf
+    from parity_harness.authoring.hf_import import export_from_hf
 
     target = tmp_path / "new" / "deeper" / "fixture"
     seen: list[str] = []
@@ -464,7 +464,7 @@ def test_hf_failed_export_leaves_nothing_behind(base_checkpoint: Path, tmp_path:
 def test_hf_interrupted_export_leaves_nothing_behind(base_checkpoint: Path, tmp_path: Path) -> None:
     """Ctrl-C in the middle of a real `parity export --from-hf`: exit 130, one line, no fixture, no temp dir."""
     target = tmp_path / "fixture"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "export", "--from-hf", str(base_checkpoint),
+    proc = subprocess.Popen([sys.executable, "-m", "parity_harness", "export", "--from-hf", str(base_checkpoint),
                              "--fixture", str(target)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     lines: list[str] = []

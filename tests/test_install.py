@@ -44,7 +44,7 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_holds_the_typescript_model_and_the_fixtures(unpacked_wheel: Path) -> None:
-    ts = unpacked_wheel / "harness" / "_ts_model"
+    ts = unpacked_wheel / "parity_harness" / "_ts_model"
     shipped = {p.relative_to(ts).as_posix() for p in ts.rglob("*") if p.is_file()}
     for sub in ("model", "node"):  # every model file and Node entry point of the checkout, nothing else
         assert {f"{sub}/{p.name}" for p in (REPO / "ts_model" / sub).iterdir() if p.suffix in (".ts", ".mts", ".mjs")} \
@@ -52,9 +52,9 @@ def test_the_wheel_holds_the_typescript_model_and_the_fixtures(unpacked_wheel: P
     assert {"model/model.ts", "model/erf.ts", "node/run.ts", "node/run-decode.ts", "node/verify-forward.mts",
             "node/verify.mjs"} <= shipped
     assert {p.split("/")[0] for p in shipped} == {"model", "node"}  # not tests/, browser/, web/ (a checkout's)
-    toy = unpacked_wheel / "harness" / "_toy_fixture"
+    toy = unpacked_wheel / "parity_harness" / "_toy_fixture"
     assert {p.name for p in toy.iterdir()} == {p.name for p in (REPO / "fixtures" / "toy").iterdir()}
-    stress = unpacked_wheel / "harness" / "_stress_fixture"  # for `parity selftest`'s stability mutants
+    stress = unpacked_wheel / "parity_harness" / "_stress_fixture"  # for `parity selftest`'s stability mutants
     assert {p.name for p in stress.iterdir()} == {p.name for p in (REPO / "fixtures" / "toy-stress").iterdir()}
 
 
@@ -66,7 +66,7 @@ def test_parity_run_from_an_empty_directory_runs_every_builtin_backend(unpacked_
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PARITY_TS_DIR", "PYTHONPATH", "PARITY_CHROME")}
     env["PYTHONPATH"] = str(unpacked_wheel)
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "-q"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "parity_harness", "run", "-q"], capture_output=True,
                           text=True, env=env, cwd=empty, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     header = proc.stdout.splitlines()[0]

@@ -23,15 +23,16 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from harness.backends.base import Backend
-from harness.backends.onnx_reference_backend import OnnxReferenceBackend
-from harness.backends.onnxruntime_backend import OnnxRuntimeBackend
-from harness.backends.onnxruntime_optimized_backend import OnnxRuntimeOptimizedBackend
-from harness.errors import FixtureError
-from harness.fixture import MANIFEST, Fixture, load_fixture
-from harness.fixture_writer import ONNX_FILES
-from harness.onnx_export import check_onnx_against_golden, check_onnx_file
-from harness.onnx_graph import INPUT_NAME, ONNX_OPSET, OnnxGraph, ort_runner
+from parity_harness.authoring.fixture_writer import ONNX_FILES
+from parity_harness.authoring.onnx_export import check_onnx_against_golden, check_onnx_file
+from parity_harness.backends.base import Backend
+from parity_harness.backends.onnx.graph import INPUT_NAME, ONNX_OPSET, OnnxGraph, ort_runner
+from parity_harness.backends.onnx.onnx_reference_backend import OnnxReferenceBackend
+from parity_harness.backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
+from parity_harness.backends.onnx.onnxruntime_optimized_backend import OnnxRuntimeOptimizedBackend
+from parity_harness.core.errors import FixtureError
+from parity_harness.fixture.fixture import MANIFEST, Fixture, load_fixture
+
 from tests.conftest import rehash, reseal, run_cli
 from tests.fixture_builders import build_random_fixture
 
@@ -111,8 +112,7 @@ def test_graph_outputs_are_the_manifest_taps_in_order(fixture: Fixture) -> None:
 
 def test_every_length_from_1_to_the_context_matches_the_reference(fixture: Fixture) -> None:
     import torch
-
-    from reference.model import run_with_taps
+    from parity_reference.model import run_with_taps
 
     params = {k: torch.from_numpy(v.copy()) for k, v in fixture.weights().items()}
     paths = {kind: fixture.onnx_path(kind) for kind in ONNX_FILES}
@@ -306,8 +306,8 @@ NO_TORCH = textwrap.dedent(
     import sys
     sys.modules["torch"] = None  # `import torch` now raises ImportError
     import numpy as np
-    from harness.fixture import load_fixture
-    from harness.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from parity_harness.fixture.fixture import load_fixture
+    from parity_harness.backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
     fixture = load_fixture(sys.argv[1])
     out = OnnxRuntimeBackend().run(fixture, "fp32")
     golden = fixture.golden("fp32")
@@ -339,8 +339,8 @@ def test_model_onnx_runs_where_torch_cannot_be_imported(fixture_dir: Path) -> No
 def test_importing_the_backends_imports_no_runtime() -> None:
     code = (
         "import sys\n"
-        "import harness.backends.onnxruntime_backend, harness.backends.onnxruntime_optimized_backend\n"
-        "import harness.backends.onnx_reference_backend, harness.onnx_export\n"
+        "import parity_harness.backends.onnx.onnxruntime_backend, parity_harness.backends.onnx.onnxruntime_optimized_backend\n"
+        "import parity_harness.backends.onnx.onnx_reference_backend, parity_harness.authoring.onnx_export\n"
         "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -6,9 +6,8 @@ import dataclasses
 import math
 
 import pytest
-
-from reference.config import GPT2_SMALL, TOY, param_shapes
-from reference.params import (
+from parity_reference.config import GPT2_SMALL, TOY, param_shapes
+from parity_reference.params import (
     block_breakdown,
     breakdown,
     config_breakdown,

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from parity_harness.fixture.fixture import Fixture, load_fixture
 
-from harness.fixture import Fixture, load_fixture
 from tests.fixture_builders import build_random_fixture
 from tests.test_numpy_backend import max_error
 
@@ -81,9 +81,9 @@ def pip_install(python: Path, *args: str, cwd: Path) -> None:
 def run_harness(
     python: Path, *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m harness ARGS` (the `parity` command) with the child environment's Python."""
+    """`python -m parity_harness ARGS` (the `parity` command) with the child environment's Python."""
     return subprocess.run(
-        [str(python), "-m", "harness", *args],
+        [str(python), "-m", "parity_harness", *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -93,8 +93,9 @@ def run_harness(
 
 
 def needs_cli() -> None:
-    if not (REPO / "harness" / "cli.py").is_file() or not (REPO / "harness" / "__main__.py").is_file():
-        pytest.skip("the parity CLI (harness/cli.py, harness/__main__.py) is not there yet")
+    if not (REPO / "harness" / "parity_harness" / "cli" / "main.py").is_file() \
+            or not (REPO / "harness" / "parity_harness" / "__main__.py").is_file():
+        pytest.skip("the parity CLI (harness/parity_harness/cli/main.py, harness/parity_harness/__main__.py) is not there yet")
 
 
 @pytest.fixture(scope="module")

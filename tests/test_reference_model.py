@@ -8,11 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from torch import Tensor
-
-from reference.config import TOY, GPTConfig, param_shapes
-from reference.model import (
+from parity_reference.config import TOY, GPTConfig, param_shapes
+from parity_reference.model import (
     GPT,
     WeightsError,
     load_weights,
@@ -20,7 +17,9 @@ from reference.model import (
     save_weights,
     sinusoidal_positions,
 )
-from reference.taps import tap_names, tap_shape
+from parity_reference.taps import tap_names, tap_shape
+from safetensors.torch import load_file, save_file
+from torch import Tensor
 
 TOKENS = [0, 1, 4, 7, 1, 6, 0, 2, 3, 5, 8, 1, 10, 11, 9, 0]  # n_ctx = 16 tokens, every word
 

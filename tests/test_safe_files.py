@@ -27,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from parity_harness.core.input_files import MAX_DUMP_HEADER_BYTES, MAX_MANIFEST_BYTES, MAX_REPORT_BYTES
+from parity_harness.core.safe_write import TMP_MARK, WriteError, replace_directory, staging_directory, write_atomic_with
 
-from harness.input_files import MAX_DUMP_HEADER_BYTES, MAX_MANIFEST_BYTES, MAX_REPORT_BYTES
-from harness.safe_write import TMP_MARK, WriteError, replace_directory, staging_directory, write_atomic_with
 from tests.conftest import REPO, TOY, edit_manifest, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 
@@ -99,7 +99,7 @@ def _no_xfsz() -> None:  # the child: a write past the limit fails with EFBIG (a
 
 def run_with_small_disk(*args: str) -> subprocess.CompletedProcess[str]:
     """`parity ARGS` where no file may grow past 4 kB: every write of more fails, as on a full disk."""
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "parity_harness", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=300, preexec_fn=_no_xfsz)
 
 
@@ -439,8 +439,7 @@ def test_write_fifo_report_without_a_reader_is_refused_not_waited_for(tmp_path: 
 
 def test_write_fixture_files_are_not_left_private(tmp_path: Path) -> None:
     import numpy as np
-
-    from harness.fixture_writer import save_tensors
+    from parity_harness.authoring.fixture_writer import save_tensors
 
     umask = os.umask(0o022)
     os.umask(umask)

@@ -1,6 +1,6 @@
 """`parity selftest`: the harness catches the catalog's porting bugs, at the expected tap and tier.
 
-The acceptance run is `python -m harness selftest` in a subprocess: exit 0 and the totals line
+The acceptance run is `python -m parity_harness selftest` in a subprocess: exit 0 and the totals line
 (every mutant caught, >= 90% localized at the expected tap, >= 3 caught by the fp64 tier alone).
 The stability mutants (softmax without the max, a one-pass variance, an additive mask, an erf
 series) must be invisible on fixtures/toy in every tier and caught on fixtures/toy-stress at their tap.
@@ -15,14 +15,24 @@ import json
 import re
 from pathlib import Path
 
+import parity_harness.cli.main
+import parity_harness.tools.mutants
 import pytest
+from parity_harness.core.errors import ParityError
+from parity_harness.core.status import Verdict
+from parity_harness.fixture.fixture import Fixture, load_fixture
+from parity_harness.tools.mutants import (
+    CATALOG,
+    STABILITY,
+    TARGET_DIRS,
+    Mutant,
+    MutantAnchorError,
+    Target,
+    by_name,
+    comment_spans,
+)
+from parity_harness.tools.selftest import run_selftest
 
-import harness.cli
-import harness.mutants
-from harness.errors import ParityError
-from harness.fixture import Fixture, load_fixture
-from harness.mutants import CATALOG, STABILITY, TARGET_DIRS, Mutant, MutantAnchorError, Target, by_name, comment_spans
-from harness.selftest import run_selftest
 from tests.conftest import REPO, run_cli
 
 TOTALS = re.compile(r"^mutants caught (\d+)/(\d+), localized (\d+)/(\d+) \((\d+)%\), fp64-only (\d+)$")
@@ -99,7 +109,7 @@ def test_a_stability_mutant_the_toy_sees_fails_the_selftest(fixture: Fixture) ->
     visible = Mutant("py-relu-as-stability", relu.target, relu.file, relu.patches, relu.description,
                      relu.expected_tap, relu.fp64_only, caught_on="stress")
     result = run_selftest(fixture, [visible], stress=load_fixture(REPO / "fixtures" / "toy-stress"))
-    assert result.n_caught == 1 and result.n_pairs == 0 and result.exit_code == 1
+    assert result.n_caught == 1 and result.n_pairs == 0 and result.verdict == Verdict.DISAGREE
     assert any("not invisible on the toy fixture" in why and "py-relu-as-stability" in why
                for why in result.failures())
 
@@ -207,8 +217,8 @@ def test_rotten_catalog_exits_2_through_the_cli(
 ) -> None:
     rotten = Mutant("py-rotten", "reference", "model.py", (("def gelu_exact(", "def gelu("),),
                     "an anchor the reference no longer contains", "blocks.0.mlp.hook_post", False)
-    monkeypatch.setattr(harness.mutants, "CATALOG", (*CATALOG, rotten))
-    code = harness.cli.main(["selftest", "-q", "--only", "py-rotten"])
+    monkeypatch.setattr(parity_harness.tools.mutants, "CATALOG", (*CATALOG, rotten))
+    code = parity_harness.cli.main.main(["selftest", "-q", "--only", "py-rotten"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("parity: error: mutant 'py-rotten': anchor")
 
@@ -221,7 +231,7 @@ def test_an_invisible_mutant_fails_the_selftest(fixture: Fixture) -> None:
                   (("def gelu(x: Tensor) -> Tensor:", "def gelu(x: Tensor) -> Tensor:  # unchanged"),),
                   "a change that computes the same numbers", "blocks.0.mlp.hook_post", False)
     result = run_selftest(fixture, [noop, *by_name(["py-erf-polynomial"])])
-    assert result.exit_code == 1 and result.n_caught == 1
+    assert result.verdict == Verdict.DISAGREE and result.n_caught == 1
     assert any("not caught: py-noop" in why for why in result.failures())
     assert result.totals_line() == "mutants caught 1/2, localized 1/2 (50%), fp64-only 1"
 
@@ -234,8 +244,8 @@ def test_a_failing_control_fails_the_selftest(
     broken.mkdir()
     source = (TARGET_DIRS["reference"] / "model.py").read_text(encoding="utf-8")
     (broken / "model.py").write_text(by_name(["py-ln-eps"])[0].apply(source), encoding="utf-8")
-    monkeypatch.setitem(harness.mutants.TARGET_DIRS, "reference", broken)
+    monkeypatch.setitem(parity_harness.tools.mutants.TARGET_DIRS, "reference", broken)
     result = run_selftest(fixture, by_name(["py-gelu-relu"]))
-    assert not result.control_passed and result.exit_code == 1
+    assert not result.control_passed and result.verdict == Verdict.DISAGREE
     assert "control run of the unpatched reference failed" in result.failures()[0]
     assert "blocks.0.ln1.hook_scale" in result.failures()[0]

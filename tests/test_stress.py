@@ -1,6 +1,6 @@
-"""The stress fixture (fixtures/toy-stress, harness/stress.py): hard by construction, honest, measured.
+"""The stress fixture (fixtures/toy-stress, harness/parity_harness/authoring/stress.py): hard by construction, honest, measured.
 
-- its weights are the toy's, transformed exactly as harness/stress.py says (bit for bit);
+- its weights are the toy's, transformed exactly as harness/parity_harness/authoring/stress.py says (bit for bit);
 - it is numerically hard where the stability mutants need it to be (the properties are read off
   its own goldens: offsets at every LayerNorm, scores and masked gaps past 1e4, GELU's far tails,
   logits in the thousands), while its probabilities stay a softmax of meaningful logits;
@@ -19,9 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from harness.fixture import Fixture, load_fixture
-from harness.stress import (
+from parity_harness.authoring.stress import (
     BUDGET_FACTOR,
     OFFSET,
     adversarial_cases,
@@ -30,6 +28,8 @@ from harness.stress import (
     stress_tolerances,
     stress_weights,
 )
+from parity_harness.fixture.fixture import Fixture, load_fixture
+
 from tests.conftest import REPO, edit_manifest, run_cli
 
 STRESS = REPO / "fixtures" / "toy-stress"
@@ -103,7 +103,7 @@ def test_probabilities_are_a_meaningful_models(stress: Fixture, toy: Fixture) ->
 
 @pytest.mark.parametrize("case", ["grammar_1", "stress_max_mask_gap"])
 def test_goldens_agree_with_the_mpmath_truth(stress: Fixture, case: str) -> None:
-    from harness.mp_truth import truth_taps
+    from parity_harness.authoring.truth import truth_taps
 
     c = stress.case(case)
     truth = truth_taps(stress.weights(), stress.config, c.tokens)
@@ -141,7 +141,8 @@ def test_check_on_another_platform_uses_the_tolerances_and_finds_a_stale_one(
     tolerance edited by hand (x10) no longer matches the measured budget and is reported, alone.
     """
     pytest.importorskip("torch")
-    from harness.stress import check_stress_fixture
+    from parity_harness.authoring.stress import check_stress_fixture
+    from parity_harness.core.status import Verdict
 
     root = tmp_path / "stress"
     shutil.copytree(STRESS, root)
@@ -151,7 +152,7 @@ def test_check_on_another_platform_uses_the_tolerances_and_finds_a_stale_one(
         manifest["tolerances"]["fp64"]["overrides"]["logits"]["atol"] *= 10
 
     edit_manifest(root, change)
-    assert check_stress_fixture(root, toy_dir, progress=print) == 1
+    assert check_stress_fixture(root, toy_dir, progress=print) == Verdict.DISAGREE
     out = capsys.readouterr().out
     assert "made on another platform" in out
     assert "golden fp32: reproduced" in out and "golden fp64: reproduced" in out

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from reference.config import TOY
-from reference.grammar import entropy_per_word, sentences
-from reference.model import GPT, load_weights, run_with_taps
-from reference.train_tiny import (
+from parity_reference.config import TOY
+from parity_reference.grammar import entropy_per_word, sentences
+from parity_reference.model import GPT, load_weights, run_with_taps
+from parity_reference.train_tiny import (
     IGNORE,
     evaluate,
     heldout_sentences,

@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from parity_harness.backends.node.runtime import find_node
+from parity_harness.core.errors import BackendUnavailable
 
-from harness.errors import BackendUnavailable
-from harness.node import find_node
 from tests.conftest import REPO
 
 MODEL = REPO / "ts_model" / "model"

@@ -11,7 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
-from harness.mutants import by_name
+from parity_harness.tools.mutants import by_name
+
 from tests.conftest import REPO, run_cli
 
 

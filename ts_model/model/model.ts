@@ -1,6 +1,6 @@
 // The reference GPT-2-style transformer in TypeScript, float64 throughout (JavaScript numbers).
 //
-// A function-by-function mirror of reference/model.py, in the same order and under the same names
+// A function-by-function mirror of reference/parity_reference/model.py, in the same order and under the same names
 // in camelCase:
 //
 //     sinusoidalPositions, layerNorm, gelu, attention, mlp, block, unembed, forward, runWithTaps
@@ -18,7 +18,7 @@
 
 import { erf } from "./erf.ts";
 
-// -- configuration, parameter table, tap names (reference/config.py, reference/taps.py) ------------
+// -- configuration, parameter table, tap names (reference/parity_reference/config.py, reference/parity_reference/taps.py) ------------
 
 /** The model's sizes. The field names are the keys of the manifest's `config` (GPTConfig's fields). */
 export interface GPTConfig {
@@ -103,7 +103,7 @@ export function paramShapes(config: GPTConfig): Map<string, number[]> {
   return shapes;
 }
 
-/** Per-block taps in dataflow order, relative to "blocks.{i}." (reference/taps.py BLOCK_TAPS). */
+/** Per-block taps in dataflow order, relative to "blocks.{i}." (reference/parity_reference/taps.py BLOCK_TAPS). */
 export const BLOCK_TAPS = [
   "hook_resid_pre",
   "ln1.hook_scale",
@@ -217,7 +217,7 @@ function add(a: Tensor, b: Tensor): Tensor {
   return out;
 }
 
-// -- the model, in dataflow order (reference/model.py) ---------------------------------------------
+// -- the model, in dataflow order (reference/parity_reference/model.py) ---------------------------------------------
 
 /** The 2017 paper's positions: sin on even columns, cos on odd, wavelengths 2*pi .. 10000*2*pi.
  *  inv_freq = 10000 ** (-(2i) / d), angle = pos * inv_freq, all float64. */
@@ -433,7 +433,7 @@ export function runWithTaps(params: Params, config: GPTConfig, tokens: readonly 
   return taps;
 }
 
-// -- incremental decoding: a key/value cache, one new token per step (reference/model.py) ----------
+// -- incremental decoding: a key/value cache, one new token per step (reference/parity_reference/model.py) ----------
 //
 // The cache holds, for every block, the keys and values of every position read so far, each
 // [H, T, d_head] (heads first: the layout attention reads them in). `prefill` fills it from the
@@ -595,7 +595,7 @@ export function decode(
   return out;
 }
 
-// -- loading parameters (reference/model.py load_weights) ------------------------------------------
+// -- loading parameters (reference/parity_reference/model.py load_weights) ------------------------------------------
 
 /** A tensor as decoded from a weights file: float32 or float64 values and a shape. */
 export interface RawTensor {

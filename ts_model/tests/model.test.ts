@@ -35,7 +35,7 @@ test("gelu is the exact one", () => {
   assert.ok(Math.abs(y[2]! + 0.15865525393145707) < 1e-16);
 });
 
-test("config: validated like reference.config.GPTConfig", () => {
+test("config: validated like parity_reference.config.GPTConfig", () => {
   assert.deepEqual(parseConfig({ ...TOY }), TOY);
   assert.throws(() => parseConfig({ ...TOY, extra: 1 }), /unknown config keys: extra/);
   assert.throws(() => parseConfig({ ...TOY, n_head: 3 }), /not divisible/);

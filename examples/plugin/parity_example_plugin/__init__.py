@@ -16,8 +16,7 @@ import os
 from typing import Any
 
 import numpy as np
-
-from harness.plugin import Backend, BackendOutput, Fixture, FixtureError, Precision
+from parity_harness.plugin import Backend, BackendOutput, Fixture, FixtureError, Precision
 
 BUG_ENV = "PARITY_EXAMPLE_PLUGIN_BUG"
 _erf = np.frompyfunc(math.erf, 1, 1)  # math.erf on every element (float64, correctly rounded)

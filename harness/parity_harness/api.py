@@ -1,0 +1,300 @@
+"""parity's public Python API: load a fixture, run backends, judge dumps, render a report, assert agreement.
+
+Everything a Python user (a test suite, a notebook, a CI script) needs is here, in one module::
+
+    import parity_harness.api as parity
+
+    report = parity.run(["numpy", MyBackend()], precisions="fp64")   # a Report: truthy when it passes
+    print(parity.render(report))                                     # the terminal report, as a string
+    parity.assert_agrees(MyBackend(), precision="fp64")              # ParityAssertionError naming the tap
+
+The API is built on the same layers as the `parity` command (docs/architecture.md): every backend
+goes through the one boundary (`GuardedBackend`), every check through the one judge, every text
+through the existing views. It does not print and it never decides an exit code (the CLI does):
+bad input, usage or environment is a `ParityError` (what the CLI turns into exit 2), a disagreement is
+a falsy Report or, from `assert_agrees`, a `ParityAssertionError`. See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from parity_harness.backends.base import PRECISIONS, Backend, Precision
+from parity_harness.backends.boundary import GuardedBackend, guarded
+from parity_harness.compare.report import Report
+from parity_harness.core.errors import BackendUnavailable, ParityError
+from parity_harness.fixture.fixture import Fixture, default_fixture_dir, load_fixture
+
+if TYPE_CHECKING:
+    from parity_harness.compare.judge import FirstDivergence
+
+__all__ = [
+    "BackendLike",
+    "Fixture",
+    "ParityAssertionError",
+    "ParityError",
+    "Report",
+    "assert_agrees",
+    "compare_dumps",
+    "failure_message",
+    "load",
+    "render",
+    "run",
+]
+
+BackendLike: TypeAlias = str | Backend | GuardedBackend  # a registered name, or an instance (yours or a built-in's)
+FixtureLike: TypeAlias = Fixture | str | os.PathLike[str] | None  # a loaded fixture, a directory, or None: the toy
+PrecisionLike: TypeAlias = str | Sequence[str]  # "fp32", "fp64", "all", or a list of them
+Format: TypeAlias = Literal["text", "json", "junit", "markdown"]
+FORMATS: tuple[str, ...] = ("text", "json", "junit", "markdown")
+
+
+class ParityAssertionError(AssertionError):
+    """`assert_agrees` failed: a disagreement, or nothing was compared. The message's first line names the
+    tap (or says nothing was compared); `report` is the whole Report, for a closer look."""
+
+    def __init__(self, message: str, report: Report) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+
+def load(path: str | os.PathLike[str] | None = None, *, allow_loose_tolerances: bool = False) -> Fixture:
+    """Read and validate a fixture directory (None: the toy fixture parity ships), goldens and weights
+    included, before any backend runs; `FixtureError` (a `ParityError`) naming the file on any problem."""
+    fixture = load_fixture(Path(path) if path is not None else default_fixture_dir(),
+                           allow_loose_tolerances=allow_loose_tolerances)
+    fixture.check_before_running()
+    return fixture
+
+
+def _fixture(fixture: FixtureLike) -> Fixture:
+    if isinstance(fixture, Fixture):
+        fixture.check_before_running()  # idempotent: a fixture loaded by `load` is not read again
+        return fixture
+    if fixture is None or isinstance(fixture, (str, os.PathLike)):
+        return load(fixture)
+    raise ParityError(f"fixture {type(fixture).__name__}: expected a Fixture, a directory or None (the toy)")
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+
+def _precisions(precisions: PrecisionLike) -> list[Precision]:
+    asked = [precisions] if isinstance(precisions, str) else list(precisions)
+    if not asked:
+        raise ParityError("precisions: give at least one of fp32, fp64 or all")
+    wanted: list[Precision] = []
+    for p in asked:
+        if p == "all":
+            wanted += PRECISIONS
+        elif p in PRECISIONS:
+            wanted.append(p)
+        else:
+            raise ParityError(f"precision {p!r}: expected fp32, fp64 or all")
+    return list(dict.fromkeys(wanted))
+
+
+def _backend(spec: object) -> GuardedBackend:
+    """A backend behind the boundary: a registered name loaded, an instance wrapped; its dependencies present."""
+    if isinstance(spec, str):
+        from parity_harness.backends.registry import load_backend
+
+        backend = load_backend(spec)
+    elif isinstance(spec, (Backend, GuardedBackend)):
+        backend = guarded(spec)
+    elif isinstance(spec, type) and issubclass(spec, Backend):
+        raise ParityError(f"backend {spec.__name__}: pass an instance ({spec.__name__}()), not the class")
+    else:
+        raise ParityError(f"backend {type(spec).__name__}: expected a registered name or a Backend instance")
+    why = backend.unavailable()
+    if why:
+        raise BackendUnavailable(why)
+    return backend
+
+
+def _backends(backends: BackendLike | Sequence[BackendLike]) -> list[GuardedBackend]:
+    many = isinstance(backends, Sequence) and not isinstance(backends, str)
+    specs: list[object] = list(backends) if many else [backends]  # type: ignore[arg-type]
+    if not specs:
+        raise ParityError("backends: give at least one backend (a registered name or a Backend instance)")
+    chosen = [_backend(s) for s in specs]
+    names = [b.name for b in chosen]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ParityError(f"backends: {', '.join(map(repr, repeated))} given more than once "
+                          "(each backend runs once; its checks would be counted twice)")
+    return chosen
+
+
+def run(
+    backends: BackendLike | Sequence[BackendLike],
+    fixture: FixtureLike = None,
+    precisions: PrecisionLike = "all",
+    *,
+    decoding: bool = True,
+    budget: bool = False,
+    keep_outputs: bool = False,
+) -> Report:
+    """Run each backend (a registered name or an instance) in each requested precision it computes in,
+    through the boundary, and compare every tap; then, unless `decoding` is False, check incremental
+    decoding where the backend and the fixture support it.
+
+    Returns the Report: truthy exactly when it passes (`report.passed`); falsy on a disagreement and
+    when nothing was compared. `budget`: also measure the error budget (the JSON report's `budget`);
+    `keep_outputs`: keep every output in `report.outputs`. Raises `ParityError` for bad input (an
+    unknown backend or precision, a broken fixture, missing dependencies) and `BackendFailed` (also a
+    `ParityError`) for a backend that crashed or returned something malformed.
+    """
+    fx = _fixture(fixture)
+    chosen = _backends(backends)
+    wanted = _precisions(precisions)
+    from parity_harness.run.runner import run_parity
+
+    return run_parity(fx, chosen, wanted, progress=None, keep_outputs=keep_outputs, decoding=decoding,
+                      budget=budget)
+
+
+def compare_dumps(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    fixture: FixtureLike = None,
+    *,
+    budget: bool = False,
+) -> Report:
+    """Judge saved outputs (dumps, docs/dump-format.md) like a live run: the same Report, truthy when it
+    passes. Raises `ParityError` for an unreadable or malformed dump, or one made for another fixture."""
+    from parity_harness.run.dump import compare_dumps as judge_dumps
+
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise ParityError("paths: give at least one dump file")
+    return judge_dumps(_fixture(fixture), [Path(p) for p in items], budget=budget)
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+
+def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | None = None, *,
+           verbose: bool = False) -> str:
+    """The report as text in one of the existing views: "text" (the terminal report), "json" (the
+    documented schema, harness/parity_harness/views/console.py), "junit" (XML) or "markdown". With `path`, also written
+    there as `parity run` writes its reports (never inside the report's fixture directory; a temporary
+    file in the same directory, then renamed over `path`); returns the text."""
+    if fmt == "text":
+        from parity_harness.views.console import print_report
+
+        out = io.StringIO()
+        print_report(report, out, verbose=verbose)
+        text = out.getvalue()
+    elif fmt == "json":
+        from parity_harness.views.console import report_json
+
+        text = json.dumps(report_json(report), indent=1, allow_nan=False) + "\n"
+    elif fmt == "junit":
+        import xml.etree.ElementTree as ET
+
+        from parity_harness.views.junit import junit_element
+
+        text = ET.tostring(junit_element(report), encoding="utf-8", xml_declaration=True).decode("utf-8")
+    elif fmt == "markdown":
+        from parity_harness.views.markdown import markdown_summary
+
+        text = markdown_summary(report)
+    else:
+        raise ParityError(f"fmt {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if path is not None:
+        _write(report, os.fspath(path), text, fmt)
+    return text
+
+
+LABELS = {"text": "text report", "json": "JSON report", "junit": "JUnit file", "markdown": "Markdown summary"}
+
+
+def _write(report: Report, path: str, text: str, fmt: str) -> None:
+    """`text` to `path` as the CLI writes its reports: checked first (never inside the report's fixture
+    directory, writable), then a temporary file renamed over it (harness/parity_harness/core/output_paths.py, safe_write.py)."""
+    from parity_harness.core.output_paths import check_output_paths, write_report_text
+
+    check_output_paths({"render path": path}, input_dirs={report.fixture: "the fixture directory"})
+    write_report_text(Path(path), text, LABELS[fmt])
+
+
+# -- asserting -------------------------------------------------------------------------------------
+
+
+def assert_agrees(
+    backend: BackendLike | Sequence[BackendLike],
+    fixture: FixtureLike = None,
+    precision: PrecisionLike = "all",
+    *,
+    decoding: bool = True,
+) -> Report:
+    """Run `backend` (see `run`) and return the Report when every tap it was compared on agrees.
+
+    Raises `ParityAssertionError` (an AssertionError) when any tap or decoding step disagrees, its
+    message's first line naming the first diverging tap, and when nothing was compared (a backend
+    that computes in fp64 only, asked for fp32). Bad input and crashing backends raise `ParityError`.
+    """
+    __tracebackhide__ = True  # pytest: show the caller's line, not this one
+    report = run(backend, fixture, precision, decoding=decoding)
+    if not report:
+        raise ParityAssertionError(failure_message(report), report)
+    return report
+
+
+def failure_message(report: Report) -> str:
+    """Why `report` does not pass, one line per fact; the first line names the first diverging tap.
+
+    The lines after it are the terminal report's own paragraphs (harness/parity_harness/views/console.py,
+    harness/parity_harness/views/decoding.py), then its verdict line. '' when the report passes.
+    """
+    from parity_harness.core.sanitize import safe_line
+    from parity_harness.views.console import divergence_paragraph, verdict_line
+
+    if report:
+        return ""
+    lines: list[str] = []
+    if report.n_passed + report.n_failed == 0:
+        why = [f"{r.backend} {r.precision}: {r.message}" for r in report.runs if r.message]
+        lines.append("nothing was compared" + (f": {'; '.join(why)}" if why else ""))
+    elif report.divergences:
+        order = {tap: i for i, tap in enumerate(dict.fromkeys(s.tap for s in report.summaries))}
+        ranked = sorted(report.divergences, key=lambda d: order.get(d.tap, len(order)))
+        lines.append(_headline(ranked[0]))
+        lines += [divergence_paragraph(d) for d in ranked]
+    if report.decoding is not None and report.decoding.n_failed:
+        lines += _decoding_lines(report, headline=not lines)
+    lines.append(verdict_line(report))
+    return "\n".join(safe_line(line) for line in lines)  # this view's sink: outside strings made safe
+
+
+def _headline(d: FirstDivergence) -> str:
+    """'first divergence at TAP: BACKEND fp32 vs fp32, case C, index [i, j]': the tap first, kept short."""
+    from parity_harness.core.text import tier_label
+
+    index = f", index {d.index}" if d.index is not None else ""
+    return f"first divergence at {d.tap}: {d.backend} {tier_label(d.precision, d.golden)}, case {d.case}{index}"
+
+
+def _decoding_lines(report: Report, headline: bool) -> list[str]:
+    from parity_harness.compare.decoding import FAIL, step_name
+    from parity_harness.core.text import tier_label
+    from parity_harness.views.decoding import divergence_paragraph, greedy_line
+
+    dec = report.decoding
+    assert dec is not None
+    lines: list[str] = []
+    if headline and dec.divergences:
+        d = dec.divergences[0]
+        lines.append(f"decoding: first divergence at {step_name(d.step or 0)}, {d.tap}: {d.backend} "
+                     f"{tier_label(d.precision, d.golden)}, prompt {d.case}")
+    lines += [divergence_paragraph(d, dec.sequences.get(d.case, []), dec.vocab) for d in dec.divergences]
+    lines += [greedy_line(g, dec.vocab).strip() for g in dec.greedy if g.status == FAIL]
+    return lines

@@ -1,0 +1,1 @@
+"""The browser family: one Chromium driver and the backends that run in it."""

@@ -1,0 +1,1 @@
+"""The Node family: the pip-installed Node runtime and the TypeScript backend."""

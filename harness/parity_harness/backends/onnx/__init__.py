@@ -1,0 +1,1 @@
+"""The ONNX family: graph helpers, the weights check, the decoder-with-past graph, and the ONNX backends."""

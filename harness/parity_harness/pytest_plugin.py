@@ -1,0 +1,152 @@
+"""parity's pytest plugin: a `parity` fixture, so a suite checks its own port in one line.
+
+Registered through the `pytest11` entry point (pyproject.toml), so installing parity is enough::
+
+    def test_my_port(parity):
+        parity.assert_agrees(MyBackend(), precision="fp64")
+
+The fixture is `parity_harness.api` bound to one fixture directory: `--parity-fixture DIR` on the command
+line (relative to where pytest was started), else the ini option `parity_fixture` (relative to the
+ini file), else the toy fixture parity ships. Importing this module imports nothing of parity's
+beyond the package itself (no numpy, no torch): the API is imported when a test first asks for
+`parity`. A `ParityError` (a broken fixture, an unknown backend, a backend that crashed) fails the
+test with its one line and no traceback; a disagreement is a `ParityAssertionError` naming the tap.
+See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from parity_harness.api import BackendLike, Format, PrecisionLike
+    from parity_harness.compare.report import Report
+    from parity_harness.fixture.fixture import Fixture
+
+OPTION = "--parity-fixture"
+INI = "parity_fixture"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("parity", "parity (tap-by-tap agreement of transformer implementations)")
+    group.addoption(OPTION, dest="parity_fixture", metavar="DIR", default=None,
+                    help="the fixture directory the `parity` fixture compares against (default: the ini option "
+                         f"{INI}, else parity's toy fixture)")
+    parser.addini(INI, "the fixture directory of the `parity` fixture, relative to the ini file "
+                       "(default: parity's toy fixture)", default="")
+
+
+def fixture_dir(config: pytest.Config) -> Path | None:
+    """The chosen fixture directory, absolute; None for the toy."""
+    given = config.getoption("parity_fixture")
+    if given:
+        return Path(config.invocation_params.dir, given)
+    ini = str(config.getini(INI) or "")
+    if ini:
+        base = config.inipath.parent if config.inipath is not None else config.rootpath
+        return Path(base, ini)
+    return None
+
+
+class Parity:
+    """What the `parity` fixture gives a test: `parity_harness.api`, bound to the session's fixture.
+
+    `ParityAssertionError` and `ParityError` are attributes too, for `pytest.raises`.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        from parity_harness import api
+
+        self.path = path
+        self.ParityAssertionError = api.ParityAssertionError
+        self.ParityError = api.ParityError
+        self._fixture: Fixture | None = None
+
+    @property
+    def fixture(self) -> Fixture:
+        """The session's fixture, loaded and checked once (on first use)."""
+        __tracebackhide__ = True
+        from parity_harness import api
+
+        if self._fixture is None:
+            try:
+                self._fixture = api.load(self.path)
+            except api.ParityError as exc:
+                error = exc
+            else:
+                return self._fixture
+            _fail(error)
+        return self._fixture
+
+    def assert_agrees(self, backend: BackendLike | Sequence[BackendLike], precision: PrecisionLike = "all", *,
+                      decoding: bool = True) -> Report:
+        """`parity_harness.api.assert_agrees` on the session's fixture."""
+        __tracebackhide__ = True
+        from parity_harness import api
+
+        fixture = self.fixture
+        try:
+            return api.assert_agrees(backend, fixture, precision, decoding=decoding)
+        except api.ParityError as exc:
+            error = exc
+        _fail(error)  # outside the except: no "during handling of the above exception"
+
+    def run(self, backends: BackendLike | Sequence[BackendLike], precisions: PrecisionLike = "all", *,
+            decoding: bool = True, budget: bool = False, keep_outputs: bool = False) -> Report:
+        """`parity_harness.api.run` on the session's fixture: a Report, truthy when it passes."""
+        __tracebackhide__ = True
+        from parity_harness import api
+        from parity_harness.api import run as run_backends  # a name apart from the backend contract's `run`
+
+        fixture = self.fixture
+        try:
+            return run_backends(backends, fixture, precisions, decoding=decoding, budget=budget,
+                                keep_outputs=keep_outputs)
+        except api.ParityError as exc:
+            error = exc
+        _fail(error)  # outside the except: no "during handling of the above exception"
+
+    def compare_dumps(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+                      budget: bool = False) -> Report:
+        """`parity_harness.api.compare_dumps` on the session's fixture."""
+        __tracebackhide__ = True
+        from parity_harness import api
+
+        fixture = self.fixture
+        try:
+            return api.compare_dumps(paths, fixture, budget=budget)
+        except api.ParityError as exc:
+            error = exc
+        _fail(error)  # outside the except: no "during handling of the above exception"
+
+    def render(self, report: Report, fmt: Format = "text", path: str | os.PathLike[str] | None = None, *,
+               verbose: bool = False) -> str:
+        """`parity_harness.api.render`."""
+        __tracebackhide__ = True
+        from parity_harness import api
+
+        try:
+            return api.render(report, fmt, path, verbose=verbose)
+        except api.ParityError as exc:
+            error = exc
+        _fail(error)  # outside the except: no "during handling of the above exception"
+
+
+def _fail(exc: Exception) -> NoReturn:
+    """A ParityError fails the test with its one line (no traceback), as the CLI prints it."""
+    __tracebackhide__ = True
+    pytest.fail(f"parity: error: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def parity(pytestconfig: pytest.Config) -> Parity:
+    """parity's API bound to the fixture of `--parity-fixture DIR` / ini `parity_fixture` / the toy."""
+    helper = Parity(fixture_dir(pytestconfig))
+    helper.fixture  # noqa: B018  load it now: a broken fixture is an error at setup, one line
+    return helper

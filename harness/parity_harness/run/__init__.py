@@ -1,0 +1,1 @@
+"""Running backends and collecting results: the runner, the decoding check, dumps, and merging them."""

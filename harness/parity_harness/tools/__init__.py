@@ -1,0 +1,1 @@
+"""Commands beyond the check: selftest and its mutants, lens, generate, serve and check-backend."""
