@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from parity_harness.authoring.presets import SCALED_C
-from parity_harness.backends.registry import backend_entry_points, load_backend
-from parity_harness.fixture.fixture import default_fixture_dir, load_fixture
+from parity_harness._authoring.presets import SCALED_C
+from parity_harness._backends.registry import backend_entry_points, load_backend
+from parity_harness._fixture.fixture import default_fixture_dir, load_fixture
 
 
 def bench_backends(fixture_dir: str, repeat: int) -> None:

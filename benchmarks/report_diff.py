@@ -34,7 +34,7 @@ def walk(a: Any, b: Any, path: str, changed: list[str], added: set[str], removed
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             changed.append(f"{path}: {len(a)} items -> {len(b)} items")
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             walk(x, y, f"{path}[{i}]", changed, added, removed)
     elif a != b or type(a) is not type(b):
         changed.append(f"{path}: {json.dumps(a)[:60]} -> {json.dumps(b)[:60]}")

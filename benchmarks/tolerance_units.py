@@ -1,7 +1,7 @@
 """Measure c of the per-tap rule atol = c * eps * M_tap: every compared tap of a run, in eps * M_tap units.
 
 `python -m benchmarks.tolerance_units REPORT.json --fixture DIR`: REPORT.json is `parity run --json`
-on a scaled fixture (harness/parity_harness/authoring/presets.py). For each golden tier it prints the worst `max_abs /
+on a scaled fixture (parity_harness/_authoring/presets.py). For each golden tier it prints the worst `max_abs /
 (eps_tier * M_tap)` per backend x precision (M_tap = max |golden| of the tap over the cases, in
 that tier's golden), and the taps where the worst ones happen: the table of docs/tolerances.md.
 """
@@ -13,8 +13,8 @@ import json
 import sys
 
 import numpy as np
-from parity_harness.fixture.fixture import load_fixture
-from parity_harness.fixture.tolerances import tap_magnitude
+from parity_harness._fixture.fixture import load_fixture
+from parity_harness._fixture.tolerances import tap_magnitude
 
 EPS = {"fp32": float(np.finfo(np.float32).eps), "fp64": float(np.finfo(np.float64).eps)}
 

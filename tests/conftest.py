@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from parity_harness.fixture.fixture import MANIFEST, sha256_file
-from parity_harness.fixture.schema import manifest_digest
+from parity_harness._fixture.fixture import MANIFEST, sha256_file
+from parity_harness._fixture.schema import manifest_digest
 
 REPO = Path(__file__).resolve().parent.parent
 # Set by `nox -s tests` (and so by CI): a skip there means a built-in backend's dependency is
@@ -73,13 +73,13 @@ def local_toy(tmp_path_factory: pytest.TempPathFactory, toy_dir: Path) -> Path:
     another platform, which rounds differently, so exactness is only a same-platform claim.
     """
     pytest.importorskip("torch")
-    from parity_harness.authoring.export import write_fixture
-    from parity_harness.fixture.fixture import load_fixture
+    from parity_harness._authoring.export import write_fixture
+    from parity_harness._fixture.fixture import load_fixture
 
     toy = load_fixture(toy_dir)
     root = tmp_path_factory.mktemp("local") / "toy"
     onnx = {kind: path for kind in ("all_taps", "logits") if (path := toy.onnx_path(kind)) is not None}
-    from parity_harness.backends.onnx.decode import decode_graph
+    from parity_harness._backends.onnx.decode import decode_graph
 
     write_fixture(root, toy.weights(), int(toy.manifest["provenance"]["seed"]),
                   int(toy.manifest["provenance"]["steps"]), with_onnx=onnx,  # type: ignore[arg-type]

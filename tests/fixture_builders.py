@@ -1,4 +1,4 @@
-"""The random-weight fixture the tests build (torch needed), through parity_harness.authoring.fixture_writer.
+"""The random-weight fixture the tests build (torch needed), through parity_harness._authoring.fixture_writer.
 
 `build_random_fixture` writes `parity_reference.model.GPT(config)` after `torch.manual_seed(seed)` (GPT-2's
 init), its golden taps from `run_with_taps` in float32 and in float64 (the stored float32 weights
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from parity_harness.authoring.fixture_writer import write_fixture_files
-from parity_harness.fixture.fixture import Case
-from parity_harness.fixture.tolerances import FP32_ATOL, FP64_ATOL
+from parity_harness._authoring.fixture_writer import write_fixture_files
+from parity_harness._fixture.fixture import Case
+from parity_harness._fixture.tolerances import FP32_ATOL, FP64_ATOL
 from parity_reference.config import TOY, GPTConfig
 from parity_reference.run import reference_taps
 

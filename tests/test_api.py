@@ -1,4 +1,4 @@
-"""The public Python API (harness/parity_harness/api.py) and the pytest plugin (harness/parity_harness/pytest_plugin.py).
+"""The public Python API (parity_harness/api.py) and the pytest plugin (parity_harness/pytest_plugin.py).
 
 Classes of tests: the API's calls (`api-`), Report truthiness (`truth-`), the assertion's message
 (`assert-`), the render formats (`render-`), the plugin run by pytest in a subprocess (`plugin-`), and
@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 from parity_harness import api
-from parity_harness.core.status import Verdict
-from parity_harness.backends.base import BackendOutput, Precision
-from parity_harness.backends.numpy_backend import NumpyBackend
-from parity_harness.compare.report import Report
-from parity_harness.core.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
-from parity_harness.fixture.decoding import DecodeOutput, DecodeRequest
-from parity_harness.fixture.fixture import Fixture, default_fixture_dir
-from parity_harness.views.console import divergence_paragraph, print_report, report_json, verdict_line
+from parity_harness._backends.base import BackendOutput, Precision
+from parity_harness._backends.numpy_backend import NumpyBackend
+from parity_harness._compare.report import Report
+from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
+from parity_harness._core.status import Verdict
+from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
+from parity_harness._fixture.fixture import Fixture, default_fixture_dir
+from parity_harness._views.console import divergence_paragraph, print_report, report_json, verdict_line
 
 from tests.conftest import REPO
 from tests.test_plugin import make_child_env, pip_install_command
@@ -155,7 +155,7 @@ def test_api_a_crashing_backend_is_backendfailed_not_an_assertion(toy: Fixture) 
 
 
 def test_api_compare_dumps_judges_saved_outputs_like_a_run(toy: Fixture, tmp_path: Path) -> None:
-    from parity_harness.run.dump import save_outputs
+    from parity_harness._run.dump import save_outputs
 
     good = api.run("numpy", toy, "fp64", decoding=False, keep_outputs=True)
     bad = api.run(LiesAt(), toy, "fp64", decoding=False, keep_outputs=True)
@@ -172,7 +172,8 @@ def test_api_compare_dumps_judges_saved_outputs_like_a_run(toy: Fixture, tmp_pat
 
 
 def test_api_is_reachable_from_the_package() -> None:
-    proc = subprocess.run([sys.executable, "-c", "import parity_harness, sys; assert 'parity_harness.api' not in sys.modules; "
+    proc = subprocess.run([sys.executable, "-c", "import parity_harness, sys; "
+                           "assert 'parity_harness.api' not in sys.modules; "
                            "print(parity_harness.api.assert_agrees.__module__)"], capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "parity_harness.api", proc.stderr
@@ -279,7 +280,7 @@ def test_render_json_is_the_documented_schema(failing_report: Report, tmp_path: 
 
 
 def test_render_junit_is_what_write_junit_writes(failing_report: Report, tmp_path: Path) -> None:
-    from parity_harness.views.junit import write_junit
+    from parity_harness._views.junit import write_junit
 
     write_junit(failing_report, tmp_path / "cli.xml")
     text = api.render(failing_report, "junit", tmp_path / "api.xml")
@@ -290,7 +291,7 @@ def test_render_junit_is_what_write_junit_writes(failing_report: Report, tmp_pat
 
 def test_render_markdown_is_the_summary(failing_report: Report, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from parity_harness.views.markdown import markdown_summary
+    from parity_harness._views.markdown import markdown_summary
 
     summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -369,7 +370,8 @@ def test_plugin_is_registered_as_a_pytest11_entry_point() -> None:
 
 def test_plugin_import_is_cheap() -> None:
     code = ("import sys, parity_harness.pytest_plugin; heavy = [m for m in ('numpy', 'torch', 'onnx', 'onnxruntime', "
-            "'safetensors', 'parity_harness.api', 'parity_harness.fixture.fixture') if m in sys.modules]; print(heavy)")
+            "'safetensors', 'parity_harness.api', 'parity_harness._fixture.fixture') if m in sys.modules]; "
+            "print(heavy)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
@@ -433,7 +435,7 @@ def test_plugin_a_broken_fixture_is_one_line_at_setup(tmp_path: Path) -> None:
 
 def test_plugin_a_crashing_backend_fails_the_test_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "test_crash.py").write_text(
-        "from parity_harness.backends.numpy_backend import NumpyBackend\n\n"
+        "from parity_harness._backends.numpy_backend import NumpyBackend\n\n"
         "class Crashes(NumpyBackend):\n    name = 'crashes'\n\n"
         "    def run(self, fixture, precision):\n        raise RuntimeError('out of cheese')\n\n"
         "def test_crash(parity):\n    parity.assert_agrees(Crashes())\n")
@@ -481,10 +483,12 @@ def test_install_the_example_suite_passes_through_the_entry_point(installed_pyth
                                                                  tmp_path: Path) -> None:
     python, src = installed_python
     example = copy_example(tmp_path / "example")
-    where = subprocess.run([str(python), "-c", "import parity_harness, importlib.metadata as m; print(parity_harness.__file__); "
+    where = subprocess.run([str(python), "-c", "import parity_harness, importlib.metadata as m; "
+                            "print(parity_harness.__file__); "
                             "print(sorted(e.value for e in m.entry_points(group='pytest11') if e.name == 'parity'))"],
                            capture_output=True, text=True, cwd=example, env=child_env(), timeout=60, check=False)
-    assert where.stdout.splitlines() == [str(src / "harness" / "parity_harness" / "__init__.py"), "['parity_harness.pytest_plugin']"], \
+    init = src / "harness" / "parity_harness" / "__init__.py"
+    assert where.stdout.splitlines() == [str(init), "['parity_harness.pytest_plugin']"], \
         where.stdout + where.stderr
     proc = run_pytest(example, "-q", python=str(python), env=child_env())  # no -p: the entry point loads it
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -3,7 +3,7 @@
 tests/test_bad_input.py breaks the fixture and the arguments; this file breaks the backend.
 The Python fakes below are registered as `parity.backends` entry points for the duration of a
 test (the registry is patched in-process, so no package install is needed) and driven through
-the real `parity run` code path (`parity_harness.cli.main.main`): registry loading, the runner, the report and
+the real `parity run` code path (`parity_harness._cli.main.main`): registry loading, the runner, the report and
 the exit code. A numerical disagreement (NaN, wrong shape, missing tap, wrong dtype) exits 1 and
 names the tap in the report; a backend that cannot be used (not a dict, a missing case, raises)
 exits 2 with a single `parity: error:` line. The typescript backend's Node failures (missing,
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-import parity_harness.backends.registry
-import parity_harness.cli.main
+import parity_harness._backends.registry
+import parity_harness._cli.main
 import pytest
-from parity_harness.backends.base import Backend, BackendOutput, Precision
-from parity_harness.fixture.fixture import Fixture
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._fixture.fixture import Fixture
 
 from tests.conftest import run_cli
 from tests.test_cli import assert_one_line_error
@@ -122,15 +122,16 @@ def run_fake(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Callable[..., tuple[int, str, str]]:
     """`parity run --backends NAME -q` in-process, with the fakes registered as entry points."""
-    real = parity_harness.backends.registry.backend_entry_points()
-    fakes = {cls.name: EntryPoint(cls.name, f"{__name__}:{cls.__name__}", parity_harness.backends.registry.GROUP) for cls in FAKES}
+    real = parity_harness._backends.registry.backend_entry_points()
+    group = parity_harness._backends.registry.GROUP
+    fakes = {cls.name: EntryPoint(cls.name, f"{__name__}:{cls.__name__}", group) for cls in FAKES}
     registered = {**real, **fakes}
-    monkeypatch.setattr(parity_harness.backends.registry, "backend_entry_points", lambda: registered)
-    monkeypatch.setattr(parity_harness.cli.main, "backend_entry_points", lambda: registered)
+    monkeypatch.setattr(parity_harness._backends.registry, "backend_entry_points", lambda: registered)
+    monkeypatch.setattr(parity_harness._cli.main, "backend_entry_points", lambda: registered)
 
     def run(name: str) -> tuple[int, str, str]:
         capsys.readouterr()
-        code = parity_harness.cli.main.main(["run", "--backends", name, "-q"])
+        code = parity_harness._cli.main.main(["run", "--backends", name, "-q"])
         out, err = capsys.readouterr()
         return code, out, err
 

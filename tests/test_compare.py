@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from parity_harness.compare.judge import CheckResult, compare_tensors, first_divergence, summarize_tap
-from parity_harness.core.status import Status
+from parity_harness._compare.judge import CheckResult, compare_tensors, first_divergence, summarize_tap
+from parity_harness._core.status import Status
 
 F32 = np.float32
 

@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from parity_harness.backends.base import BackendOutput, Precision
-from parity_harness.backends.numpy_backend import NumpyBackend
-from parity_harness.core.precision import DTYPES
-from parity_harness.fixture.fixture import Fixture, load_fixture
-from parity_harness.tools.conformance import ConformanceResult, check_backend
+from parity_harness._backends.base import BackendOutput, Precision
+from parity_harness._backends.numpy_backend import NumpyBackend
+from parity_harness._core.precision import DTYPES
+from parity_harness._fixture.fixture import Fixture, load_fixture
+from parity_harness._tools.conformance import ConformanceResult, check_backend
 
 from tests.fixture_builders import build_random_fixture
 
@@ -222,7 +222,7 @@ def test_onnx_files_are_carried_into_derived_fixtures(tmp_path: Path, fixture: F
     import json
     import shutil
 
-    from parity_harness.tools.conformance import _rehash
+    from parity_harness._tools.conformance import _rehash
 
     root = tmp_path / "with_onnx"
     shutil.copytree(fixture.root, root)

@@ -13,16 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.backends.numpy_backend import NumpyBackend
-from parity_harness.cli.exit_codes import for_verdict
-from parity_harness.core.status import Verdict
-from parity_harness.compare.decoding import FAIL, NEAR_TIE, greedy_checks
-from parity_harness.compare.judge import CheckResult
-from parity_harness.core.status import Status
-from parity_harness.fixture.decoding import golden_decoding, step_key, top2_margin
-from parity_harness.fixture.fixture import MANIFEST, Fixture, load_fixture
-from parity_harness.run.runner import run_parity
-from parity_harness.views.console import print_report, write_json
+from parity_harness._backends.numpy_backend import NumpyBackend
+from parity_harness._cli.exit_codes import for_verdict
+from parity_harness._compare.decoding import FAIL, NEAR_TIE, greedy_checks
+from parity_harness._compare.judge import CheckResult
+from parity_harness._core.status import Status, Verdict
+from parity_harness._fixture.decoding import golden_decoding, step_key, top2_margin
+from parity_harness._fixture.fixture import MANIFEST, Fixture, load_fixture
+from parity_harness._run.runner import run_parity
+from parity_harness._views.console import print_report, write_json
 
 from tests.conftest import REPO, edit_manifest, run_cli
 
@@ -35,7 +34,7 @@ def toy(toy_dir: Path) -> Fixture:
 
 
 def _report_text(fixture: Fixture, backends: list[str]) -> tuple[int, str]:
-    from parity_harness.backends.registry import load_backend
+    from parity_harness._backends.registry import load_backend
 
     report = run_parity(fixture, [load_backend(b) for b in backends], progress=None)
     out = io.StringIO()
@@ -86,7 +85,7 @@ def test_a_malformed_decoding_section_is_bad_input(fixture_copy: Path) -> None:
 
 def test_a_wrong_decoding_golden_fails_the_run_at_its_step_and_tap(fixture_copy: Path, toy: Fixture) -> None:
     """One cached key changed in the fp64 decoding golden: numpy fp64 fails there, exit 1, the rest agrees."""
-    from parity_harness.fixture.fixture import read_safetensors
+    from parity_harness._fixture.fixture import read_safetensors
     from safetensors.numpy import save_file
 
     from tests.conftest import rehash
@@ -137,7 +136,7 @@ def test_a_differing_greedy_token_is_a_near_tie_when_the_logits_agree(toy: Fixtu
 
 
 def test_merged_reports_keep_the_decoding_verdict(toy: Fixture, tmp_path: Path) -> None:
-    from parity_harness.run.merge import merge_reports
+    from parity_harness._run.merge import merge_reports
 
     first = run_parity(toy, [NumpyBackend()], ["fp32"], progress=None)
     write_json(first, tmp_path / "a.json")

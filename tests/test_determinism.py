@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.backends.registry import backend_entry_points, load_backend
-from parity_harness.fixture.fixture import Fixture, load_fixture
+from parity_harness._backends.registry import backend_entry_points, load_backend
+from parity_harness._fixture.fixture import Fixture, load_fixture
 
-BUILT_IN = sorted(name for name, ep in backend_entry_points().items() if ep.value.startswith("parity_harness.backends."))
+BUILT_IN = sorted(name for name, ep in backend_entry_points().items()
+                  if ep.value.startswith("parity_harness._backends."))
 
 
 @pytest.fixture(scope="module")

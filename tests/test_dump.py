@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from parity_harness.backends.node.runtime import find_node
-from parity_harness.core.errors import BackendUnavailable
-from parity_harness.fixture.fixture import load_fixture
-from parity_harness.fixture.identity import canonical_json, fixture_id
+from parity_harness._backends.node.runtime import find_node
+from parity_harness._core.errors import BackendUnavailable
+from parity_harness._fixture.fixture import load_fixture
+from parity_harness._fixture.identity import canonical_json, fixture_id
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
@@ -282,7 +282,7 @@ def test_the_fixture_id_ignores_goldens_and_tolerances_but_not_weights_or_cases(
 
 def test_the_docs_recipe_writes_a_dump_that_compare_accepts(toy_dir: Path, tmp_path: Path) -> None:
     """docs/dump-format.md's byte-layout recipe (stdlib + NumPy) is literally usable."""
-    from parity_harness.backends.numpy_backend import NumpyBackend
+    from parity_harness._backends.numpy_backend import NumpyBackend
 
     doc = (REPO / "docs" / "dump-format.md").read_text()
     match = re.search(r"<!-- dump-recipe -->\n```python\n(.*?)\n```", doc, re.DOTALL)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.authoring.export import make_cases
-from parity_harness.fixture.platforms import IDENTITY_KEYS, describe, same_platform
+from parity_harness._authoring.export import make_cases
+from parity_harness._fixture.platforms import IDENTITY_KEYS, describe, same_platform
 from safetensors.numpy import load_file, save_file
 
 from tests.conftest import AVX512_VECTOR, edit_manifest, rehash, run_cli
@@ -176,8 +176,8 @@ def test_platform_identity_needs_every_key() -> None:
 
 def test_retraining_rule_bit_for_bit_on_the_training_platform_and_by_loss_elsewhere() -> None:
     """A 50-step model (fast): bit-identical passes; a changed weight fails here and passes by loss elsewhere."""
-    from parity_harness.authoring.export import _check_retraining, train_weights
-    from parity_harness.fixture.platforms import current_platform
+    from parity_harness._authoring.export import _check_retraining, train_weights
+    from parity_harness._fixture.platforms import current_platform
 
     here = current_platform()
     lines: list[str] = []

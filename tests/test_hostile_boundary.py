@@ -1,4 +1,4 @@
-"""The one boundary (harness/parity_harness/backends/boundary.py): every path into backend code is guarded and judged.
+"""The one boundary (parity_harness/_backends/boundary.py): every path into backend code is guarded and judged.
 
 Issue classes, each a case id prefix (docs/security.md counts them):
 - `judged`: a subclass that overrides the documented method is judged by that method, for every
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from parity_harness.backends.base import Backend, BackendOutput, Precision
-from parity_harness.core.status import Verdict
-from parity_harness.backends.boundary import GuardedBackend, forward_entry
-from parity_harness.core.precision import DTYPES
-from parity_harness.fixture.fixture import Fixture, default_fixture_dir, load_fixture
-from parity_harness.run.runner import run_parity
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.boundary import GuardedBackend, forward_entry
+from parity_harness._core.precision import DTYPES
+from parity_harness._core.status import Verdict
+from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
+from parity_harness._run.runner import run_parity
 
 from tests.test_hostile_plugins import assert_exit_2_one_line, run_all, run_hostile
 from tests.test_parity_full import BUILTIN_PRECISIONS
@@ -223,7 +223,7 @@ def calls_past_the_boundary(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("case", ["judged-no-call-past-the-boundary"])
 def test_judged_no_command_calls_backend_code_past_the_boundary(case: str, tmp_path: Path) -> None:
-    """Every call into backend code outside harness/parity_harness/backends/ goes through GuardedBackend, whose methods are
+    """Every call into backend code outside parity_harness/_backends/ goes through GuardedBackend, whose methods are
     named apart from the contract's: a `.run(` or `.decode(fixture, ...)` there is a bypass."""
     from tests.conftest import REPO
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.core.strict_json import StrictJSONError, loads_strict
-from parity_harness.fixture.schema import SEAL_KEY
+from parity_harness._core.strict_json import StrictJSONError, loads_strict
+from parity_harness._fixture.schema import SEAL_KEY
 from safetensors.numpy import load_file, save_file
 
 from tests.conftest import edit_manifest, rehash, run_cli

@@ -72,7 +72,7 @@ DECL = [
     ("decl-supported-taps-empty", ("supported_taps is empty",)),
     ("decl-requires-missing-dotted-module", ("needs no_such_package_for_parity.submodule",)),
     ("decl-name-mismatch", ("registered as 'decl-name-mismatch' calls itself 'decl-some-other-name'",)),
-    ("decl-not-a-backend", ("not a parity_harness.backends.base.Backend subclass",)),
+    ("decl-not-a-backend", ("not a parity_harness._backends.base.Backend subclass",)),
 ]
 OUTPUT = [
     ("output-extra-case-of-nan", ("unknown case 'ghost'",)),

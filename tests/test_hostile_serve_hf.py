@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from parity_harness.core.errors import FixtureError
-from parity_harness.fixture.fixture import load_fixture
-from parity_harness.tools.serve import make_server, routes
+from parity_harness._core.errors import FixtureError
+from parity_harness._fixture.fixture import load_fixture
+from parity_harness._tools.serve import make_server, routes
 
 from tests.conftest import REPO, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
@@ -132,7 +132,7 @@ def test_its_own_origin_gets_the_verified_bytes(toy_dir: Path, tmp_path: Path) -
 
 def test_the_parity_serve_command_answers_only_its_own_origin(toy_dir: Path) -> None:
     """`parity serve --port 0` as a user runs it (the page built with esbuild), then Ctrl-C."""
-    from parity_harness.backends.browser import driver as browser
+    from parity_harness._backends.browser import driver as browser
 
     if browser.missing(need_browser=False):
         pytest.skip(f"parity serve needs {browser.missing(need_browser=False)}")
@@ -210,7 +210,7 @@ def test_serve_refuses_at_start_a_symlink_out_of_the_fixture(name: str, fixture_
     outside.mkdir()
     _link_out(name)(fixture_copy, outside)
     # The hashes match: only the link is wrong. A data file the manifest lists is refused by every
-    # command that loads the fixture (harness/parity_harness/fixture/fixture.py, fixture_file); the manifest itself by serve.
+    # command that loads the fixture (parity_harness/_fixture/fixture.py, fixture_file); the manifest itself by serve.
     proc = run_cli("serve", "--fixture", str(fixture_copy), "--port", "0", timeout=120)
     assert_exit_2_one_line(proc, name, "outside the fixture directory")
     with pytest.raises(FixtureError, match="outside the fixture directory"):
@@ -411,9 +411,9 @@ def test_hf_bf16_checkpoint_exports_exactly_and_passes_every_backend(tmp_path: P
 
 
 def test_hf_fp16_checkpoint_exports_exactly_and_agrees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from parity_harness.authoring.hf_import import export_from_hf
-    from parity_harness.backends.registry import load_backend
-    from parity_harness.run.runner import run_parity
+    from parity_harness._authoring.hf_import import export_from_hf
+    from parity_harness._backends.registry import load_backend
+    from parity_harness._run.runner import run_parity
 
     ckpt = _checkpoint(tmp_path / "ckpt", "gelu_new", monkeypatch, dtype="float16")
     fixture = tmp_path / "fixture"
@@ -428,7 +428,7 @@ def test_hf_fp16_checkpoint_exports_exactly_and_agrees(tmp_path: Path, monkeypat
 
 
 def test_hf_mixed_dtypes_are_recorded_each_with_its_count(base_checkpoint: Path, tmp_path: Path) -> None:
-    from parity_harness.authoring.hf_import import read_hf_config, read_hf_weights
+    from parity_harness._authoring.hf_import import read_hf_config, read_hf_weights
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(base_checkpoint, ckpt)
@@ -441,7 +441,7 @@ def test_hf_mixed_dtypes_are_recorded_each_with_its_count(base_checkpoint: Path,
 
 def test_hf_failed_export_leaves_nothing_behind(base_checkpoint: Path, tmp_path: Path) -> None:
     """A failure after the goldens are written (here: the ONNX export step raises) leaves no directory."""
-    from parity_harness.authoring.hf_import import export_from_hf
+    from parity_harness._authoring.hf_import import export_from_hf
 
     target = tmp_path / "new" / "deeper" / "fixture"
     seen: list[str] = []

@@ -1,4 +1,4 @@
-"""Hostile text: a string from outside reaches no view raw (harness/parity_harness/core/sanitize.py, docs/security.md).
+"""Hostile text: a string from outside reaches no view raw (parity_harness/_core/sanitize.py, docs/security.md).
 
 For each source of outside strings (plugin names, descriptions, install hints, `declines()` reasons,
 `missing_dependencies()`, exception text; dump metadata; fields of JSON reports given to `parity
@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from parity_harness.core.sanitize import SafeStream, markdown_cell, one_line, plot_label, safe_line, safe_text, xml_text
+from parity_harness._core.sanitize import (
+    SafeStream,
+    markdown_cell,
+    one_line,
+    plot_label,
+    safe_line,
+    safe_text,
+    xml_text,
+)
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
@@ -203,10 +211,10 @@ def reports(tmp_path_factory: pytest.TempPathFactory, toy_dir: Path) -> tuple[Pa
 
 def _views(path: Path) -> tuple[str, str, bytes]:
     """(terminal, Markdown, JUnit bytes) of a report read back by `parity merge`, rendered in process."""
-    from parity_harness.run.merge import merge_reports
-    from parity_harness.views.console import print_report
-    from parity_harness.views.junit import junit_element
-    from parity_harness.views.markdown import markdown_summary
+    from parity_harness._run.merge import merge_reports
+    from parity_harness._views.console import print_report
+    from parity_harness._views.junit import junit_element
+    from parity_harness._views.markdown import markdown_summary
 
     report = merge_reports([path])
     out = io.StringIO()
@@ -247,7 +255,7 @@ def test_merge_hostile_report_through_the_cli(reports: tuple[Path, Path], tmp_pa
 PLUGIN_SOURCE = '''"""Backends whose strings are hostile (tests/test_hostile_text.py)."""
 from typing import ClassVar
 import numpy as np
-from parity_harness.backends.base import Backend
+from parity_harness._backends.base import Backend
 
 HOSTILE = {hostile}
 
@@ -345,7 +353,7 @@ def test_plugin_hostile_description_install_hint_and_missing_in_parity_backends(
     assert "evil\\x1b[2K" in proc.stderr
     assert_clean_terminal(proc.stdout)
     assert_clean_terminal(proc.stderr)
-    from parity_harness.backends.registry import backend_entry_points
+    from parity_harness._backends.registry import backend_entry_points
 
     assert len(proc.stdout.splitlines()) == len(backend_entry_points()) + 5  # the built-ins and the plugin's 5
     assert "\\x1b[2K PASS: every backend agrees" in proc.stdout  # the description and the hint, escaped
@@ -440,7 +448,7 @@ def test_fixture_lone_surrogate_in_a_word_is_one_clean_error_line(fixture_copy: 
 
 def test_selftest_table_with_hostile_mutant_and_target_names() -> None:
     """print_selftest: hostile names and errors in every printed field, as many lines as with plain names."""
-    from parity_harness.tools.selftest import Outcome, SelftestResult
+    from parity_harness._tools.selftest import Outcome, SelftestResult
 
     def result(tag: str) -> SelftestResult:
         r = SelftestResult(f"toy{tag}", controls={f"typescript{tag}": f"why{tag}"})
@@ -451,7 +459,7 @@ def test_selftest_table_with_hostile_mutant_and_target_names() -> None:
         return r
 
     plain, hostile = io.StringIO(), io.StringIO()
-    from parity_harness.tools.selftest import print_selftest
+    from parity_harness._tools.selftest import print_selftest
 
     print_selftest(result(""), plain)
     print_selftest(result(HOSTILE), hostile)
@@ -475,8 +483,8 @@ def test_cli_hostile_backend_argument_is_one_clean_error_line() -> None:
 def test_cli_error_line_of_a_hostile_exception_in_process(capsys: pytest.CaptureFixture[str],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """cli.main's error line and the stream backstop, in process: a ParityError whose text is hostile."""
-    from parity_harness.cli import main as cli
-    from parity_harness.core.errors import ParityError
+    from parity_harness._cli import main as cli
+    from parity_harness._core.errors import ParityError
 
     def boom(args: object) -> int:
         print(f"a plugin prints {HOSTILE}")

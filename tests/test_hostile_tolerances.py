@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.compare.judge import compare_tensors
-from parity_harness.core.precision import PRECISIONS, Precision
-from parity_harness.fixture.fixture import Fixture, load_fixture, row_axis
-from parity_harness.fixture.tolerances import CEILINGS, override_atol_ceiling, tap_magnitude, tap_range
+from parity_harness._compare.judge import compare_tensors
+from parity_harness._core.precision import PRECISIONS, Precision
+from parity_harness._fixture.fixture import Fixture, load_fixture, row_axis
+from parity_harness._fixture.tolerances import CEILINGS, override_atol_ceiling, tap_magnitude, tap_range
 from safetensors.numpy import load_file, save_file
 
 from tests.conftest import REPO, edit_manifest, rehash, run_cli
@@ -251,7 +251,7 @@ def test_onnx_a_graph_with_one_changed_initializer_is_refused(
     fixture_copy: Path, case: str, graph: str, initializer: str, backend: str, parameter: str
 ) -> None:
     if backend == "onnxruntime-web":
-        from parity_harness.backends.browser.onnxruntime_web_backend import OnnxRuntimeWebBackend
+        from parity_harness._backends.browser.onnxruntime_web_backend import OnnxRuntimeWebBackend
 
         missing = OnnxRuntimeWebBackend().missing_dependencies()
         if missing:
@@ -264,8 +264,8 @@ def test_onnx_a_graph_with_one_changed_initializer_is_refused(
 
 def test_onnx_every_committed_graph_embeds_its_fixtures_weights() -> None:
     pytest.importorskip("onnx")
-    from parity_harness.backends.onnx.graph import load_onnx
-    from parity_harness.backends.onnx.weights import graph_weight_problem
+    from parity_harness._backends.onnx.graph import load_onnx
+    from parity_harness._backends.onnx.weights import graph_weight_problem
 
     for root in FIXTURES.values():
         fixture = load_fixture(root)
@@ -277,8 +277,8 @@ def test_onnx_every_committed_graph_embeds_its_fixtures_weights() -> None:
 
 def test_onnx_a_missing_parameter_is_named() -> None:
     pytest.importorskip("onnx")
-    from parity_harness.backends.onnx.graph import load_onnx
-    from parity_harness.backends.onnx.weights import graph_weight_problem
+    from parity_harness._backends.onnx.graph import load_onnx
+    from parity_harness._backends.onnx.weights import graph_weight_problem
 
     fixture = load_fixture(FIXTURES["toy"])
     model = load_onnx(FIXTURES["toy"] / "model.onnx")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from parity_harness.fixture.fixture import load_fixture
-from parity_harness.tools.lens import format_grid, golden_grid, mark_backend
-from parity_harness.views.plots import DPI, lens_figsize
+from parity_harness._fixture.fixture import load_fixture
+from parity_harness._tools.lens import format_grid, golden_grid, mark_backend
+from parity_harness._views.plots import DPI, lens_figsize
 
 from tests.conftest import run_cli
 from tests.test_cli import perturb_weight
@@ -44,7 +44,7 @@ def test_lens_marks_cells_where_a_backend_disagrees(fixture_copy: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     fixture = load_fixture(fixture_copy)
     grid = golden_grid(fixture, "grammar_2")
-    from parity_harness.backends.numpy_backend import NumpyBackend  # the golden was not regenerated: numpy differs
+    from parity_harness._backends.numpy_backend import NumpyBackend  # the golden was not regenerated: numpy differs
 
     mark_backend(grid, "numpy fp64", NumpyBackend().run(fixture, "fp64")["grammar_2"],
                  [f"logit_lens.{k}" for k in range(3)])

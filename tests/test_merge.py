@@ -201,10 +201,11 @@ def test_a_refused_merge_leaves_the_unusable_marker_and_older_reports_still_merg
 
 def test_statuses_are_enums_and_read_back_as_enums(runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]],
                                                    tmp_path: Path) -> None:
-    """A report's statuses are the enums of harness/parity_harness/core/status.py in memory, their string values in JSON; a merged
+    """A report's statuses are the enums of parity_harness/_core/status.py in memory, their string values in JSON; a
+    merged
     report reads them back as the same enums, and refuses a value that is none of them."""
-    from parity_harness.core.status import RunStatus, Status
-    from parity_harness.run.merge import merge_reports
+    from parity_harness._core.status import RunStatus, Status
+    from parity_harness._run.merge import merge_reports
 
     path = next(p for p, _ in runs.values())
     merged = merge_reports([path])

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.backends.numpy_backend import NumpyBackend
-from parity_harness.core.errors import FixtureError
-from parity_harness.fixture.fixture import Case, Fixture, load_fixture
+from parity_harness._backends.numpy_backend import NumpyBackend
+from parity_harness._core.errors import FixtureError
+from parity_harness._fixture.fixture import Case, Fixture, load_fixture
 from parity_reference.config import TOY
 from parity_reference.numpy_model import gelu, sinusoidal_positions
 from parity_reference.taps import tap_names
@@ -146,7 +146,7 @@ def test_bad_tokens_raise_fixture_error(random_fixture: Fixture, tmp_path: Path)
 
 
 def test_registered_under_its_name() -> None:
-    from parity_harness.backends.registry import load_backend
+    from parity_harness._backends.registry import load_backend
 
     backend = load_backend("numpy")
     assert backend.name == "numpy" and backend.entry == "run_cases"

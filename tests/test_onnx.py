@@ -23,15 +23,15 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from parity_harness.authoring.fixture_writer import ONNX_FILES
-from parity_harness.authoring.onnx_export import check_onnx_against_golden, check_onnx_file
-from parity_harness.backends.base import Backend
-from parity_harness.backends.onnx.graph import INPUT_NAME, ONNX_OPSET, OnnxGraph, ort_runner
-from parity_harness.backends.onnx.onnx_reference_backend import OnnxReferenceBackend
-from parity_harness.backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
-from parity_harness.backends.onnx.onnxruntime_optimized_backend import OnnxRuntimeOptimizedBackend
-from parity_harness.core.errors import FixtureError
-from parity_harness.fixture.fixture import MANIFEST, Fixture, load_fixture
+from parity_harness._authoring.fixture_writer import ONNX_FILES
+from parity_harness._authoring.onnx_export import check_onnx_against_golden, check_onnx_file
+from parity_harness._backends.base import Backend
+from parity_harness._backends.onnx.graph import INPUT_NAME, ONNX_OPSET, OnnxGraph, ort_runner
+from parity_harness._backends.onnx.onnx_reference_backend import OnnxReferenceBackend
+from parity_harness._backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
+from parity_harness._backends.onnx.onnxruntime_optimized_backend import OnnxRuntimeOptimizedBackend
+from parity_harness._core.errors import FixtureError
+from parity_harness._fixture.fixture import MANIFEST, Fixture, load_fixture
 
 from tests.conftest import rehash, reseal, run_cli
 from tests.fixture_builders import build_random_fixture
@@ -306,8 +306,8 @@ NO_TORCH = textwrap.dedent(
     import sys
     sys.modules["torch"] = None  # `import torch` now raises ImportError
     import numpy as np
-    from parity_harness.fixture.fixture import load_fixture
-    from parity_harness.backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
+    from parity_harness._fixture.fixture import load_fixture
+    from parity_harness._backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
     fixture = load_fixture(sys.argv[1])
     out = OnnxRuntimeBackend().run(fixture, "fp32")
     golden = fixture.golden("fp32")
@@ -339,8 +339,9 @@ def test_model_onnx_runs_where_torch_cannot_be_imported(fixture_dir: Path) -> No
 def test_importing_the_backends_imports_no_runtime() -> None:
     code = (
         "import sys\n"
-        "import parity_harness.backends.onnx.onnxruntime_backend, parity_harness.backends.onnx.onnxruntime_optimized_backend\n"
-        "import parity_harness.backends.onnx.onnx_reference_backend, parity_harness.authoring.onnx_export\n"
+        "import parity_harness._backends.onnx.onnxruntime_backend\n"
+        "import parity_harness._backends.onnx.onnxruntime_optimized_backend\n"
+        "import parity_harness._backends.onnx.onnx_reference_backend, parity_harness._authoring.onnx_export\n"
         "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)

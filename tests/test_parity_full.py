@@ -2,7 +2,7 @@
 
 It fails if any built-in backend is skipped (missing dependency), not supported where it should
 be, or disagrees on any tap of any case in any tier it computes in, on fixtures/toy or on
-fixtures/toy-stress (the numerically hard one, harness/parity_harness/authoring/stress.py).
+fixtures/toy-stress (the numerically hard one, parity_harness/_authoring/stress.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ BUILTIN_PRECISIONS = {
     "onnxruntime-web-optimized": {"fp32"},
     "hf-transformers": {"fp32", "fp64"},
 }
-# Taps transformers' GPT-2 computes inside a fused call, never exposed (harness/parity_harness/backends/hf_transformers_backend.py).
+# Taps transformers' GPT-2 computes inside a fused call, never exposed
+# (parity_harness/_backends/hf_transformers_backend.py).
 HF_UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized",
                 "attn.hook_attn_scores", "ln_final.hook_scale", "ln_final.hook_normalized")
 
@@ -37,7 +38,7 @@ HF_UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.
 def builtin_backends() -> set[str]:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     eps = pyproject["project"]["entry-points"]["parity.backends"]
-    return {name for name, target in eps.items() if target.startswith("parity_harness.backends.")}
+    return {name for name, target in eps.items() if target.startswith("parity_harness._backends.")}
 
 
 def test_every_builtin_backend_is_registered_and_listed_here() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from parity_harness.fixture.fixture import Fixture, load_fixture
+from parity_harness._fixture.fixture import Fixture, load_fixture
 
 from tests.fixture_builders import build_random_fixture
 from tests.test_numpy_backend import max_error
@@ -95,7 +95,7 @@ def run_harness(
 def needs_cli() -> None:
     if not (REPO / "harness" / "parity_harness" / "cli" / "main.py").is_file() \
             or not (REPO / "harness" / "parity_harness" / "__main__.py").is_file():
-        pytest.skip("the parity CLI (harness/parity_harness/cli/main.py, harness/parity_harness/__main__.py) is not there yet")
+        pytest.skip("the parity CLI (parity_harness/_cli/main.py, parity_harness/__main__.py) is not there yet")
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,8 @@ def test_every_exported_name_resolves_and_is_documented() -> None:
 
 def test_importing_the_surface_imports_no_heavy_library() -> None:
     heavy = ("torch", "onnx", "onnxruntime", "transformers")
-    code = f"import sys, json, parity_harness.plugin; print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
+    code = ("import sys, json, parity_harness.plugin; "
+            f"print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
                           check=False)
     assert proc.returncode == 0, proc.stderr
@@ -31,7 +32,7 @@ def test_importing_the_surface_imports_no_heavy_library() -> None:
 
 
 def test_the_guide_and_the_example_plugin_import_parity_only_through_the_surface() -> None:
-    """The code users copy: docs/adding-a-backend.md's backends and examples/plugin import parity_harness.plugin only."""
+    """The code users copy (docs/adding-a-backend.md's backends, examples/plugin) imports parity_harness.plugin only."""
     guide = (REPO / "docs" / "adding-a-backend.md").read_text(encoding="utf-8")
     blocks = [b.split("```", 1)[0] for b in guide.split("```python\n")[1:]]
     sources = [b for b in blocks if "class " in b and "(Backend)" in b]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.compare.judge import axis_names, name_index
+from parity_harness._compare.judge import axis_names, name_index
 from parity_reference.taps import tap_names
 from safetensors.numpy import load_file
 
@@ -179,7 +179,7 @@ def test_markdown_summary_and_github_step_summary(perturbed_run: tuple[Path, sub
 
 
 def test_error_ladder_is_a_real_picture(perturbed_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    from parity_harness.views.plots import DPI, LADDER_SIZE
+    from parity_harness._views.plots import DPI, LADDER_SIZE
 
     root, _ = perturbed_run
     assert_real_picture(root / "r.png", (int(LADDER_SIZE[0] * DPI), int(LADDER_SIZE[1] * DPI)))

@@ -18,13 +18,13 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from parity_harness.authoring.fixture_writer import seal_manifest
-from parity_harness.authoring.presets import EPS, LENS_ROWS, SCALED_C, export_preset
-from parity_harness.backends.base import Backend, Precision
-from parity_harness.backends.boundary import GuardedBackend
-from parity_harness.core.errors import BackendFailed, FixtureError
-from parity_harness.fixture.fixture import load_fixture
-from parity_harness.run.runner import run_parity
+from parity_harness._authoring.fixture_writer import seal_manifest
+from parity_harness._authoring.presets import EPS, LENS_ROWS, SCALED_C, export_preset
+from parity_harness._backends.base import Backend, Precision
+from parity_harness._backends.boundary import GuardedBackend
+from parity_harness._core.errors import BackendFailed, FixtureError
+from parity_harness._fixture.fixture import load_fixture
+from parity_harness._run.runner import run_parity
 
 from tests.conftest import run_cli
 from tests.test_parity_full import BUILTIN_PRECISIONS
@@ -144,7 +144,7 @@ def _checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch, dt
 def test_from_hf_checkpoint_becomes_a_fixture_every_backend_agrees_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from parity_harness.authoring.hf_import import export_from_hf
+    from parity_harness._authoring.hf_import import export_from_hf
 
     ckpt = _checkpoint(tmp_path / "ckpt", "gelu", monkeypatch)
     fx = tmp_path / "fixture"
@@ -157,7 +157,7 @@ def test_from_hf_checkpoint_becomes_a_fixture_every_backend_agrees_on(
 
 
 def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from parity_harness.authoring.hf_import import export_from_hf
+    from parity_harness._authoring.hf_import import export_from_hf
 
     ckpt = _checkpoint(tmp_path / "ckpt", "gelu_new", monkeypatch)
     with pytest.raises(FixtureError, match=r"activation_function is 'gelu_new'.*--exact-gelu"):
@@ -172,7 +172,7 @@ def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path, monkeypatch: pytes
 
 
 def _backend(name: str) -> GuardedBackend:
-    from parity_harness.backends.registry import load_backend
+    from parity_harness._backends.registry import load_backend
 
     backend = load_backend(name)
     if backend.missing():
@@ -236,7 +236,7 @@ def test_a_divergence_in_a_tap_with_rows_is_named_at_its_real_position(mini_dir:
 
 
 def test_a_dump_of_a_fixture_with_rows_is_judged_like_the_run(mini_dir: Path, tmp_path: Path) -> None:
-    from parity_harness.run.dump import compare_dumps, save_outputs
+    from parity_harness._run.dump import compare_dumps, save_outputs
 
     fixture = load_fixture(mini_dir)
     report = run_parity(fixture, [_backend("numpy")], ["fp64"], progress=None, keep_outputs=True)

@@ -15,13 +15,13 @@ import json
 import re
 from pathlib import Path
 
-import parity_harness.cli.main
-import parity_harness.tools.mutants
+import parity_harness._cli.main
+import parity_harness._tools.mutants
 import pytest
-from parity_harness.core.errors import ParityError
-from parity_harness.core.status import Verdict
-from parity_harness.fixture.fixture import Fixture, load_fixture
-from parity_harness.tools.mutants import (
+from parity_harness._core.errors import ParityError
+from parity_harness._core.status import Verdict
+from parity_harness._fixture.fixture import Fixture, load_fixture
+from parity_harness._tools.mutants import (
     CATALOG,
     STABILITY,
     TARGET_DIRS,
@@ -31,7 +31,7 @@ from parity_harness.tools.mutants import (
     by_name,
     comment_spans,
 )
-from parity_harness.tools.selftest import run_selftest
+from parity_harness._tools.selftest import run_selftest
 
 from tests.conftest import REPO, run_cli
 
@@ -217,8 +217,8 @@ def test_rotten_catalog_exits_2_through_the_cli(
 ) -> None:
     rotten = Mutant("py-rotten", "reference", "model.py", (("def gelu_exact(", "def gelu("),),
                     "an anchor the reference no longer contains", "blocks.0.mlp.hook_post", False)
-    monkeypatch.setattr(parity_harness.tools.mutants, "CATALOG", (*CATALOG, rotten))
-    code = parity_harness.cli.main.main(["selftest", "-q", "--only", "py-rotten"])
+    monkeypatch.setattr(parity_harness._tools.mutants, "CATALOG", (*CATALOG, rotten))
+    code = parity_harness._cli.main.main(["selftest", "-q", "--only", "py-rotten"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("parity: error: mutant 'py-rotten': anchor")
 
@@ -244,7 +244,7 @@ def test_a_failing_control_fails_the_selftest(
     broken.mkdir()
     source = (TARGET_DIRS["reference"] / "model.py").read_text(encoding="utf-8")
     (broken / "model.py").write_text(by_name(["py-ln-eps"])[0].apply(source), encoding="utf-8")
-    monkeypatch.setitem(parity_harness.tools.mutants.TARGET_DIRS, "reference", broken)
+    monkeypatch.setitem(parity_harness._tools.mutants.TARGET_DIRS, "reference", broken)
     result = run_selftest(fixture, by_name(["py-gelu-relu"]))
     assert not result.control_passed and result.verdict == Verdict.DISAGREE
     assert "control run of the unpatched reference failed" in result.failures()[0]

@@ -1,6 +1,7 @@
-"""The stress fixture (fixtures/toy-stress, harness/parity_harness/authoring/stress.py): hard by construction, honest, measured.
+"""The stress fixture (fixtures/toy-stress, parity_harness/_authoring/stress.py): hard by construction, honest,
+measured.
 
-- its weights are the toy's, transformed exactly as harness/parity_harness/authoring/stress.py says (bit for bit);
+- its weights are the toy's, transformed exactly as parity_harness/_authoring/stress.py says (bit for bit);
 - it is numerically hard where the stability mutants need it to be (the properties are read off
   its own goldens: offsets at every LayerNorm, scores and masked gaps past 1e4, GELU's far tails,
   logits in the thousands), while its probabilities stay a softmax of meaningful logits;
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.authoring.stress import (
+from parity_harness._authoring.stress import (
     BUDGET_FACTOR,
     OFFSET,
     adversarial_cases,
@@ -28,7 +29,7 @@ from parity_harness.authoring.stress import (
     stress_tolerances,
     stress_weights,
 )
-from parity_harness.fixture.fixture import Fixture, load_fixture
+from parity_harness._fixture.fixture import Fixture, load_fixture
 
 from tests.conftest import REPO, edit_manifest, run_cli
 
@@ -103,7 +104,7 @@ def test_probabilities_are_a_meaningful_models(stress: Fixture, toy: Fixture) ->
 
 @pytest.mark.parametrize("case", ["grammar_1", "stress_max_mask_gap"])
 def test_goldens_agree_with_the_mpmath_truth(stress: Fixture, case: str) -> None:
-    from parity_harness.authoring.truth import truth_taps
+    from parity_harness._authoring.truth import truth_taps
 
     c = stress.case(case)
     truth = truth_taps(stress.weights(), stress.config, c.tokens)
@@ -141,8 +142,8 @@ def test_check_on_another_platform_uses_the_tolerances_and_finds_a_stale_one(
     tolerance edited by hand (x10) no longer matches the measured budget and is reported, alone.
     """
     pytest.importorskip("torch")
-    from parity_harness.authoring.stress import check_stress_fixture
-    from parity_harness.core.status import Verdict
+    from parity_harness._authoring.stress import check_stress_fixture
+    from parity_harness._core.status import Verdict
 
     root = tmp_path / "stress"
     shutil.copytree(STRESS, root)

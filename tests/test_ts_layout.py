@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from parity_harness.backends.node.runtime import find_node
-from parity_harness.core.errors import BackendUnavailable
+from parity_harness._backends.node.runtime import find_node
+from parity_harness._core.errors import BackendUnavailable
 
 from tests.conftest import REPO
 

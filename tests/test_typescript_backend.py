@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness.backends.node.runtime import find_node, ts_dir
-from parity_harness.backends.node.typescript_backend import TypeScriptBackend
-from parity_harness.core.errors import BackendFailed, BackendUnavailable
-from parity_harness.fixture.fixture import Fixture, load_fixture
+from parity_harness._backends.node.runtime import find_node, ts_dir
+from parity_harness._backends.node.typescript_backend import TypeScriptBackend
+from parity_harness._core.errors import BackendFailed, BackendUnavailable
+from parity_harness._fixture.fixture import Fixture, load_fixture
 
 from tests.conftest import run_cli
 from tests.fixture_builders import build_random_fixture
@@ -198,7 +198,7 @@ def test_bad_timeout_value(fixture: Fixture, monkeypatch: pytest.MonkeyPatch, no
 
 def test_node_on_path_is_version_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without PARITY_NODE or the wheel, a `node` on PATH must be new enough to strip types."""
-    import parity_harness.backends.node.runtime as tsb
+    import parity_harness._backends.node.runtime as tsb
 
     old = _fake_node(tmp_path, 'echo "v20.11.1"')
     old.rename(tmp_path / "node")

@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from parity_harness.tools.mutants import by_name
+from parity_harness._tools.mutants import by_name
 
 from tests.conftest import REPO, run_cli
 

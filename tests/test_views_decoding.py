@@ -6,13 +6,13 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-from parity_harness.backends.numpy_backend import NumpyBackend
-from parity_harness.compare.report import Report
-from parity_harness.fixture.decoding import DecodeOutput, DecodeRequest
-from parity_harness.fixture.fixture import Fixture, default_fixture_dir, load_fixture
-from parity_harness.run.runner import run_parity
-from parity_harness.views.junit import junit_element
-from parity_harness.views.markdown import markdown_summary
+from parity_harness._backends.numpy_backend import NumpyBackend
+from parity_harness._compare.report import Report
+from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
+from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
+from parity_harness._run.runner import run_parity
+from parity_harness._views.junit import junit_element
+from parity_harness._views.markdown import markdown_summary
 
 
 class WrongLogitsWhenDecoding(NumpyBackend):

@@ -1,4 +1,4 @@
-"""The port under test: a parity backend (`parity_harness.backends.base.Backend`), here built on parity's NumPy one.
+"""The port under test: a parity backend (`parity_harness._backends.base.Backend`), here built on parity's NumPy one.
 
 A real port replaces the body of `run` with its own forward pass: return `{case: {tap: array}}` for
 every case of the fixture, each tap it declares in `supported_taps` (docs/adding-a-backend.md).
@@ -7,7 +7,7 @@ every case of the fixture, each tap it declares in `supported_taps` (docs/adding
 
 from __future__ import annotations
 
-from parity_harness.backends.numpy_backend import (
+from parity_harness._backends.numpy_backend import (
     NumpyBackend,  # a built-in to start from; a real port subclasses Backend
 )
 from parity_harness.plugin import BackendOutput, Fixture, Precision

@@ -2,6 +2,6 @@
 
 import sys
 
-from parity_harness.cli.main import main
+from parity_harness._cli.main import main
 
 sys.exit(main())

@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from parity_harness.backends.base import PRECISIONS, Backend, Precision
-from parity_harness.backends.boundary import GuardedBackend, guarded
-from parity_harness.compare.report import Report
-from parity_harness.core.errors import BackendUnavailable, ParityError
-from parity_harness.fixture.fixture import Fixture, default_fixture_dir, load_fixture
+from parity_harness._backends.base import PRECISIONS, Backend, Precision
+from parity_harness._backends.boundary import GuardedBackend, guarded
+from parity_harness._compare.report import Report
+from parity_harness._core.errors import BackendUnavailable, ParityError
+from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
 
 if TYPE_CHECKING:
-    from parity_harness.compare.judge import FirstDivergence
+    from parity_harness._compare.judge import FirstDivergence
 
 __all__ = [
     "BackendLike",
@@ -105,7 +105,7 @@ def _precisions(precisions: PrecisionLike) -> list[Precision]:
 def _backend(spec: object) -> GuardedBackend:
     """A backend behind the boundary: a registered name loaded, an instance wrapped; its dependencies present."""
     if isinstance(spec, str):
-        from parity_harness.backends.registry import load_backend
+        from parity_harness._backends.registry import load_backend
 
         backend = load_backend(spec)
     elif isinstance(spec, (Backend, GuardedBackend)):
@@ -156,7 +156,7 @@ def run(
     fx = _fixture(fixture)
     chosen = _backends(backends)
     wanted = _precisions(precisions)
-    from parity_harness.run.runner import run_parity
+    from parity_harness._run.runner import run_parity
 
     return run_parity(fx, chosen, wanted, progress=None, keep_outputs=keep_outputs, decoding=decoding,
                       budget=budget)
@@ -170,7 +170,7 @@ def compare_dumps(
 ) -> Report:
     """Judge saved outputs (dumps, docs/dump-format.md) like a live run: the same Report, truthy when it
     passes. Raises `ParityError` for an unreadable or malformed dump, or one made for another fixture."""
-    from parity_harness.run.dump import compare_dumps as judge_dumps
+    from parity_harness._run.dump import compare_dumps as judge_dumps
 
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:
@@ -184,27 +184,27 @@ def compare_dumps(
 def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | None = None, *,
            verbose: bool = False) -> str:
     """The report as text in one of the existing views: "text" (the terminal report), "json" (the
-    documented schema, harness/parity_harness/views/console.py), "junit" (XML) or "markdown". With `path`, also written
+    documented schema, parity_harness/_views/console.py), "junit" (XML) or "markdown". With `path`, also written
     there as `parity run` writes its reports (never inside the report's fixture directory; a temporary
     file in the same directory, then renamed over `path`); returns the text."""
     if fmt == "text":
-        from parity_harness.views.console import print_report
+        from parity_harness._views.console import print_report
 
         out = io.StringIO()
         print_report(report, out, verbose=verbose)
         text = out.getvalue()
     elif fmt == "json":
-        from parity_harness.views.console import report_json
+        from parity_harness._views.console import report_json
 
         text = json.dumps(report_json(report), indent=1, allow_nan=False) + "\n"
     elif fmt == "junit":
         import xml.etree.ElementTree as ET
 
-        from parity_harness.views.junit import junit_element
+        from parity_harness._views.junit import junit_element
 
         text = ET.tostring(junit_element(report), encoding="utf-8", xml_declaration=True).decode("utf-8")
     elif fmt == "markdown":
-        from parity_harness.views.markdown import markdown_summary
+        from parity_harness._views.markdown import markdown_summary
 
         text = markdown_summary(report)
     else:
@@ -219,8 +219,8 @@ LABELS = {"text": "text report", "json": "JSON report", "junit": "JUnit file", "
 
 def _write(report: Report, path: str, text: str, fmt: str) -> None:
     """`text` to `path` as the CLI writes its reports: checked first (never inside the report's fixture
-    directory, writable), then a temporary file renamed over it (harness/parity_harness/core/output_paths.py, safe_write.py)."""
-    from parity_harness.core.output_paths import check_output_paths, write_report_text
+    directory, writable), then a temporary file renamed over it (_core/output_paths.py, safe_write.py)."""
+    from parity_harness._core.output_paths import check_output_paths, write_report_text
 
     check_output_paths({"render path": path}, input_dirs={report.fixture: "the fixture directory"})
     write_report_text(Path(path), text, LABELS[fmt])
@@ -252,11 +252,11 @@ def assert_agrees(
 def failure_message(report: Report) -> str:
     """Why `report` does not pass, one line per fact; the first line names the first diverging tap.
 
-    The lines after it are the terminal report's own paragraphs (harness/parity_harness/views/console.py,
-    harness/parity_harness/views/decoding.py), then its verdict line. '' when the report passes.
+    The lines after it are the terminal report's own paragraphs (parity_harness/_views/console.py,
+    parity_harness/_views/decoding.py), then its verdict line. '' when the report passes.
     """
-    from parity_harness.core.sanitize import safe_line
-    from parity_harness.views.console import divergence_paragraph, verdict_line
+    from parity_harness._core.sanitize import safe_line
+    from parity_harness._views.console import divergence_paragraph, verdict_line
 
     if report:
         return ""
@@ -277,16 +277,16 @@ def failure_message(report: Report) -> str:
 
 def _headline(d: FirstDivergence) -> str:
     """'first divergence at TAP: BACKEND fp32 vs fp32, case C, index [i, j]': the tap first, kept short."""
-    from parity_harness.core.text import tier_label
+    from parity_harness._core.text import tier_label
 
     index = f", index {d.index}" if d.index is not None else ""
     return f"first divergence at {d.tap}: {d.backend} {tier_label(d.precision, d.golden)}, case {d.case}{index}"
 
 
 def _decoding_lines(report: Report, headline: bool) -> list[str]:
-    from parity_harness.compare.decoding import FAIL, step_name
-    from parity_harness.core.text import tier_label
-    from parity_harness.views.decoding import divergence_paragraph, greedy_line
+    from parity_harness._compare.decoding import FAIL, step_name
+    from parity_harness._core.text import tier_label
+    from parity_harness._views.decoding import divergence_paragraph, greedy_line
 
     dec = report.decoding
     assert dec is not None

@@ -34,8 +34,8 @@ from parity_reference.config import GPTConfig, param_shapes
 from parity_reference.numpy_model import sinusoidal_positions
 from parity_reference.taps import tap_names, tap_shape, tap_shape_template
 
-from parity_harness.backends.base import PRECISIONS, Backend, BackendOutput, Precision, module_available
-from parity_harness.backends.onnx.graph import (
+from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision, module_available
+from parity_harness._backends.onnx.graph import (
     INPUT_NAME,
     expected_outputs,
     onnx_file,
@@ -43,10 +43,10 @@ from parity_harness.backends.onnx.graph import (
     run_cases,
     softmax_f32,
 )
-from parity_harness.core.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
-from parity_harness.core.precision import DTYPES
-from parity_harness.fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
-from parity_harness.fixture.fixture import Case, Fixture, read_safetensors, too_big
+from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
+from parity_harness._core.precision import DTYPES
+from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
+from parity_harness._fixture.fixture import Case, Fixture, read_safetensors, too_big
 
 __all__ = [
     "DTYPES", "INPUT_NAME", "PRECISIONS", "Backend", "BackendFailed", "BackendOutput", "BackendUnavailable", "Case",

@@ -25,9 +25,9 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from parity_harness._compare.report import Report
+    from parity_harness._fixture.fixture import Fixture
     from parity_harness.api import BackendLike, Format, PrecisionLike
-    from parity_harness.compare.report import Report
-    from parity_harness.fixture.fixture import Fixture
 
 OPTION = "--parity-fixture"
 INI = "parity_fixture"

@@ -196,7 +196,7 @@ class _MLPParams(nn.Module):
 
 
 class BlockParams(nn.Module):
-    """One block's parameters under GPT-2's names (ln_1, attn, ln_2, mlp); reference/parity_reference/params.py counts them."""
+    """One block's parameters under GPT-2's names (ln_1, attn, ln_2, mlp); parity_reference/params.py counts them."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()

@@ -1,8 +1,8 @@
 """The reference model in plain NumPy: the whole forward pass and incremental decoding, every tap.
 
-It mirrors `reference/parity_reference/model.py` function by function, in the same order and with the same names,
+It mirrors `parity_reference/model.py` function by function, in the same order and with the same names,
 in the spirit of the lesson's NumPy snippet: short, commented, nothing clever. The `numpy` backend
-runs it (harness/parity_harness/backends/numpy_backend.py), and parity's core uses it as its oracle where torch
+runs it (parity_harness/_backends/numpy_backend.py), and parity's core uses it as its oracle where torch
 may be absent (`parity check-backend`'s derived fixtures, the stress fixture's search for hard cases).
 
 Everything is computed in the dtype of the parameters it is given: every intermediate stays in

@@ -14,14 +14,15 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    # parity_reference.model.run_with_taps, or a patched copy of it: (params, config, tokens[, lens_rows]) -> {tap: tensor}
+    # parity_reference.model.run_with_taps, or a patched copy of it: (params, config, tokens[, lens_rows]) -> {tap:
+    # tensor}
     RunWithTaps: TypeAlias = Callable[..., dict[str, torch.Tensor]]
 
     from parity_reference.config import GPTConfig
 
 
 class CaseLike(Protocol):
-    """An input: a unique name and its token ids (parity_harness.fixture.fixture.Case is one)."""
+    """An input: a unique name and its token ids (parity_harness._fixture.fixture.Case is one)."""
 
     @property
     def name(self) -> str: ...
@@ -49,7 +50,7 @@ def reference_taps(
     weights: Mapping[str, Any], config: GPTConfig, cases: Sequence[CaseLike], precision: str,
     run_with_taps: RunWithTaps | None = None, lens_rows: int | None = None, cast: bool = True,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Every tap of every case from reference/parity_reference/model.py: {case: {tap: array}}.
+    """Every tap of every case from parity_reference/model.py: {case: {tap: array}}.
 
     `run_with_taps` replaces `parity_reference.model.run_with_taps` (the self-test runs patched copies of it).
     `lens_rows`: probs and the logit lens for the last positions only. `cast=False`: `weights` are

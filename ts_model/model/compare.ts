@@ -1,4 +1,4 @@
-// Compare one tap of one case with its golden tensor, the harness's rule (harness/parity_harness/compare/judge.py):
+// Compare one tap of one case with its golden tensor, the harness's rule (harness/parity_harness/_compare/judge.py):
 // a cell passes when |a - b| <= atol + rtol * |b|; an infinity must meet the same infinity; NaN
 // fails. Pure (no Node APIs): ../node/verify-forward.mts and the learners' page (../web/) share it.
 

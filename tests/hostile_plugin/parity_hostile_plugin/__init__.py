@@ -15,9 +15,9 @@ import sys
 from typing import Any, ClassVar
 
 import numpy as np
-from parity_harness.backends.base import Backend, BackendOutput, Precision
-from parity_harness.core.errors import BackendFailed, ParityError
-from parity_harness.fixture.fixture import Fixture
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._core.errors import BackendFailed, ParityError
+from parity_harness._fixture.fixture import Fixture
 
 
 def golden_copy(fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
@@ -244,7 +244,7 @@ class LoosensItsFixture(Perfect):
     name: ClassVar[str] = "state-loosens-its-fixture"
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        from parity_harness.fixture.fixture import TierTolerances, Tolerance
+        from parity_harness._fixture.fixture import TierTolerances, Tolerance
 
         out = golden_copy(fixture, precision)
         wrong = {case: {tap: a + 1.0 for tap, a in taps.items()} for case, taps in out.items()}

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
-from parity_harness.backends.base import BackendOutput, Precision
-from parity_harness.backends.numpy_backend import NumpyBackend
-from parity_harness.fixture.decoding import DecodeOutput, DecodeRequest
-from parity_harness.fixture.fixture import Fixture, Tolerance
+from parity_harness._backends.base import BackendOutput, Precision
+from parity_harness._backends.numpy_backend import NumpyBackend
+from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
+from parity_harness._fixture.fixture import Fixture, Tolerance
 
 
 class Boom(BaseException):

@@ -4,7 +4,7 @@ Registered through `parity_report_plugin-0.1.0.dist-info/entry_points.txt` besid
 tests/hostile_plugin is: putting `tests/report_plugin` on PYTHONPATH lets `importlib.metadata` find
 them. Each computes in fp32 only (one golden tier: quick) and answers with a copy of the golden taps,
 or with that copy and one logit moved by 1e-3 (a real disagreement, exit 1).
-Two pairs have names that `parity_harness.run.dump.dump_name` would turn into one file name ("collide/dump"
+Two pairs have names that `parity_harness._run.dump.dump_name` would turn into one file name ("collide/dump"
 and "collide_dump"; "Collide-Case" and "collide-case" on a case-insensitive file system).
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from parity_harness.backends.base import Backend, BackendOutput, Precision
-from parity_harness.fixture.fixture import Fixture
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._fixture.fixture import Fixture
 
 
 class Perfect(Backend):

@@ -1,0 +1,1 @@
+"""Making fixtures: export, presets, the stress fixture, the Hugging Face import, writers, the high-precision truth."""

@@ -1,0 +1,253 @@
+"""`parity export --from-hf CHECKPOINT_DIR --fixture DIR`: a fixture of a local Hugging Face GPT-2 checkpoint.
+
+Reads `config.json` and `model.safetensors` (never pickle: a `pytorch_model.bin` is refused) of a
+`GPT2LMHeadModel` / `GPT2Model` checkpoint, with or without the `transformer.` prefix; `lm_head.weight`
+must equal `wte.weight` (tied embeddings, as GPT-2's are) and is dropped; the causal-mask buffers of
+older checkpoints (`attn.bias`, `attn.masked_bias`) are dropped. Nothing is downloaded.
+
+Exact or refused: the checkpoint is checked before any golden is computed, and anything parity
+cannot represent faithfully is one line naming the file and the field or tensor.
+- `config.json` is strict JSON (parity_harness/_core/strict_json.py); its integer fields are JSON integers
+  (2.9 and true are refused, not truncated); `model_type` is `gpt2` and `architectures` GPT-2's;
+  the attention switches parity does not compute are refused.
+- Weights: F32 as they are; F16 and BF16 widened to float32, which is exact; F64 only when every
+  value is a float32; integer (quantized), boolean and 8-bit float tensors are refused. The source
+  dtype goes into `provenance.source_dtype`. Two keys for one parameter (`transformer.wte.weight`
+  and `wte.weight`) are refused, not resolved.
+- The activation: GPT-2's checkpoints say `"activation_function": "gelu_new"`, the tanh approximation,
+  while parity's reference (and every backend) computes the exact erf GELU. The two differ by up to
+  ~5e-4 per activation, so a tanh-GELU checkpoint is refused unless `--exact-gelu` says to take its
+  weights with the exact GELU: the fixture is then the exact-GELU model with those weights (not what
+  transformers computes for that checkpoint), and `provenance.activation` says so. A checkpoint with
+  `"gelu"` is taken as is; any other activation (relu, silu, ...) is refused with or without the flag.
+
+The fixture is written like a preset's (parity_harness/_authoring/presets.py): probs and the logit lens on the last
+positions, per-tap tolerances, both ONNX graphs; it is built in a temporary directory beside the
+target and renamed into place only when complete, so a failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from parity_reference.config import GPTConfig, param_shapes
+
+from parity_harness._core.errors import FixtureError
+from parity_harness._core.strict_json import load_json_object
+
+Progress = Callable[[str], None]
+EXACT = "gelu"  # the exact erf GELU: transformers' "gelu", parity's only activation
+TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # transformers' tanh approximations: --exact-gelu
+ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
+DROPPED_BUFFERS = (".attn.bias", ".attn.masked_bias")
+WIDENED_EXACTLY = ("F32", "F16", "BF16")  # safetensors dtypes whose every value is a float32
+# transformers' GPT2Config defaults, for a field config.json leaves out
+INT_FIELDS = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12}
+MUST_BE = {"scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, "scale_attn_weights": True,
+           "add_cross_attention": False}
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    """What parity takes from config.json."""
+
+    config: GPTConfig
+    activation: str
+    tied: bool  # tie_word_embeddings
+
+
+def _show(value: object) -> str:
+    return json.dumps(value)[:40]
+
+
+def _positive_int(path: Path, key: str, value: object) -> int:
+    """A JSON integer >= 1: not 2.9 (truncated once), not true, not "12"."""
+    if type(value) is not int or value < 1:
+        raise FixtureError(f"{path}: {key} must be a positive integer, got {_show(value)}")
+    return value
+
+
+def read_hf_config(path: Path) -> HFConfig:
+    """parity's config from a transformers GPT2Config's config.json (strict JSON, every field checked)."""
+    if not path.exists():
+        raise FixtureError(f"{path}: file not found (a Hugging Face checkpoint directory holds config.json)")
+    raw = load_json_object(path, "config")
+    if raw.get("model_type") != "gpt2":
+        raise FixtureError(f"{path}: model_type {_show(raw.get('model_type'))} is not \"gpt2\"")
+    architectures = raw.get("architectures", list(ARCHITECTURES[:1]))
+    if (not isinstance(architectures, list) or not architectures
+            or any(a not in ARCHITECTURES for a in architectures)):
+        raise FixtureError(f"{path}: architectures {_show(architectures)} is not GPT-2's "
+                           f"({' or '.join(ARCHITECTURES)})")
+    ints = {key: _positive_int(path, key, raw.get(key, default)) for key, default in INT_FIELDS.items()}
+    n_inner = raw.get("n_inner")  # null: 4 * n_embd
+    d_mlp = None if n_inner is None else _positive_int(path, "n_inner", n_inner)
+    eps = raw.get("layer_norm_epsilon", 1e-5)
+    if type(eps) not in (int, float) or not eps > 0:
+        raise FixtureError(f"{path}: layer_norm_epsilon must be a positive number, got {_show(eps)}")
+    for key, required in MUST_BE.items():
+        value = raw.get(key, required)
+        if type(value) is not bool:
+            raise FixtureError(f"{path}: {key} must be true or false, got {_show(value)}")
+        if value is not required:
+            raise FixtureError(f"{path}: {key} is {_show(value)}; parity's GPT-2 attention needs "
+                               f"{_show(required)} (its reference does not compute the other)")
+    tied = raw.get("tie_word_embeddings", True)
+    if type(tied) is not bool:
+        raise FixtureError(f"{path}: tie_word_embeddings must be true or false, got {_show(tied)}")
+    activation = raw.get("activation_function", "gelu_new")
+    if not isinstance(activation, str):
+        raise FixtureError(f"{path}: activation_function must be a string, got {_show(activation)}")
+    d = ints["n_embd"]
+    try:
+        config = GPTConfig(
+            vocab_size=ints["vocab_size"], n_ctx=ints["n_positions"], d_model=d,
+            n_layer=ints["n_layer"], n_head=ints["n_head"], d_mlp=d_mlp or 4 * d,
+            positions="learned", ln_eps=float(eps), causal=True,
+        )
+    except ValueError as exc:
+        raise FixtureError(f"{path}: unusable GPT-2 config ({exc})") from None
+    return HFConfig(config, activation, tied)
+
+
+def check_activation(path: Path, activation: str, exact_gelu: bool) -> None:
+    """Refuse an activation parity would silently change: only "gelu", or a tanh GELU under --exact-gelu."""
+    if activation == EXACT:
+        return
+    if activation in TANH_GELU:
+        if exact_gelu:
+            return
+        raise FixtureError(
+            f"{path}: activation_function is {activation!r}, but parity computes the exact "
+            "GELU ('gelu'); pass --exact-gelu to take these weights with the exact GELU (the fixture then "
+            "differs from what transformers computes for this checkpoint, by up to ~5e-4 per activation)"
+        )
+    flag = " (--exact-gelu replaces only a tanh approximation of GELU)" if exact_gelu else ""
+    raise FixtureError(f"{path}: activation_function {activation!r} is not one parity computes: it computes "
+                       f"the exact GELU ('gelu'){flag}; refused rather than changed")
+
+
+def _float32(path: Path, key: str, dtype: str, tensor: Any) -> np.ndarray:
+    """A safetensors tensor (torch) as float32, exactly, or FixtureError naming the tensor."""
+    import torch
+
+    if dtype == "F64":
+        if not bool(torch.isfinite(tensor).all()):
+            raise FixtureError(f"{path}: tensor {key!r} has non-finite values")
+        narrowed = tensor.to(torch.float32)
+        if not torch.equal(narrowed.to(torch.float64), tensor):
+            raise FixtureError(f"{path}: tensor {key!r} is F64 with values float32 cannot hold; parity's weights "
+                               "are float32 and it refuses to round them")
+        return np.ascontiguousarray(narrowed.numpy())
+    return np.ascontiguousarray(tensor.to(torch.float32).numpy())  # F16, BF16 -> float32 is exact
+
+
+def _dtype_summary(dtypes: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for dtype in dtypes.values():
+        counts[dtype] = counts.get(dtype, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{d} ({n} tensor{'s' if n > 1 else ''})" for d, n in sorted(counts.items()))
+
+
+def read_hf_weights(path: Path, config: GPTConfig, tied: bool = True) -> tuple[dict[str, np.ndarray], str]:
+    """The checkpoint's tensors under parity's names, exactly as float32, and the source dtype(s)."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise FixtureError(f"{path}: file not found (parity reads model.safetensors, never a pickled .bin)")
+    expected = param_shapes(config)
+    weights: dict[str, np.ndarray] = {}
+    dtypes: dict[str, str] = {}
+    lm_head: np.ndarray | None = None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys: dict[str, str] = {}  # parity's name -> the checkpoint's key
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                name = key.removeprefix("transformer.")
+                if name in keys:
+                    raise FixtureError(f"{path}: tensors {keys[name]!r} and {key!r} are the same parameter "
+                                       f"{name!r}; refused rather than choosing one")
+                keys[name] = key
+            for name, key in keys.items():
+                if name.endswith(DROPPED_BUFFERS):
+                    continue
+                if name != "lm_head.weight" and name not in expected:
+                    raise FixtureError(f"{path}: unexpected tensor {key!r} (not a GPT-2 parameter)")
+                meta = f.get_slice(key)
+                dtype, shape = str(meta.get_dtype()), tuple(meta.get_shape())
+                if dtype not in (*WIDENED_EXACTLY, "F64"):
+                    raise FixtureError(f"{path}: tensor {key!r} is {dtype}; parity reads floating-point weights "
+                                       f"only ({', '.join(WIDENED_EXACTLY)}, widened exactly to float32), and "
+                                       "refuses to cast others")
+                want = expected.get(name, expected["wte.weight"])
+                if shape != want:
+                    raise FixtureError(f"{path}: tensor {key!r} has shape {list(shape)}, expected {list(want)}")
+                tensor = _float32(path, key, dtype, f.get_tensor(key))
+                if name == "lm_head.weight":
+                    lm_head = tensor
+                    continue
+                weights[name], dtypes[name] = tensor, dtype
+    except SafetensorError as exc:
+        raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
+    missing = [n for n in expected if n not in weights]
+    if missing:
+        raise FixtureError(f"{path}: missing tensor {missing[0]!r} ({len(missing)} missing)")
+    if lm_head is None and not tied:
+        raise FixtureError(f"{path}: config.json says tie_word_embeddings false, and there is no lm_head.weight; "
+                           "transformers would initialize it at random")
+    if lm_head is not None and not np.array_equal(lm_head, weights["wte.weight"]):
+        raise FixtureError(f"{path}: lm_head.weight differs from wte.weight; parity's GPT-2 ties its embeddings")
+    bad = [n for n, w in weights.items() if not np.isfinite(w).all()]
+    if bad:
+        raise FixtureError(f"{path}: tensor {bad[0]!r} has non-finite values")
+    return {name: weights[name] for name in expected}, _dtype_summary(dtypes)
+
+
+def read_vocab(root: Path, vocab_size: int) -> list[str]:
+    """The tokens of vocab.json when the checkpoint has one (strict JSON), else "<id>" placeholders."""
+    vocab = [f"<{i}>" for i in range(vocab_size)]
+    path = root / "vocab.json"
+    if not path.is_file():
+        return vocab
+    table = load_json_object(path, "vocabulary (token -> id)")
+    for token, i in table.items():
+        if type(i) is int and 0 <= i < vocab_size:
+            vocab[i] = token
+    return vocab
+
+
+def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long: bool = False,
+                   progress: Progress = print, with_onnx: bool = True, seed: int = 0) -> None:
+    """Write the fixture of `checkpoint` into `root` (see the module docstring)."""
+    from parity_harness._authoring.presets import PRESETS, make_cases, write_scaled_fixture
+    from parity_harness._fixture.platforms import current_platform
+
+    say: Progress = lambda message: progress(f"parity export: {message}")  # noqa: E731
+    if not checkpoint.is_dir():
+        raise FixtureError(f"{checkpoint}: not a directory (a Hugging Face checkpoint: config.json, model.safetensors)")
+    hf = read_hf_config(checkpoint / "config.json")
+    config, activation = hf.config, hf.activation
+    check_activation(checkpoint / "config.json", activation, exact_gelu)
+    weights, source_dtype = read_hf_weights(checkpoint / "model.safetensors", config, hf.tied)
+    vocab = read_vocab(checkpoint, config.vocab_size)
+    say(f"checkpoint {checkpoint.name}: V {config.vocab_size}, context {config.n_ctx}, d {config.d_model}, "
+        f"{config.n_layer} blocks of {config.n_head} heads, activation {activation!r}, weights {source_dtype}")
+    small = PRESETS["gpt2-small"]
+    lengths = (*small.lengths, config.n_ctx) if long else small.lengths
+    cases = make_cases(config, lengths, seed)
+    note = ("exact GELU (the checkpoint's own)" if activation == EXACT else
+            f"exact GELU, not the checkpoint's {activation!r} (--exact-gelu)")
+    # Built beside `root` and swapped in, validated first; a failure leaves nothing
+    # (parity_harness/_core/safe_write.py).
+    write_scaled_fixture(root, config, weights, cases, vocab, {
+        "checkpoint": checkpoint.name, "activation": note, "source_dtype": source_dtype, "seed": seed,
+        "command": "parity export --from-hf" + (" --exact-gelu" if exact_gelu else "") + (" --long" if long else ""),
+        "platform": current_platform(),
+    }, say, with_onnx)

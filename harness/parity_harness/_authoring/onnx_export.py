@@ -1,0 +1,246 @@
+"""Export the reference model to ONNX (`parity export`) and check committed graphs against the golden files.
+
+Two graphs are written from the same float32 weights, both with one input `tokens` (int64 [T],
+T dynamic from 1 to n_ctx), opset `ONNX_OPSET`, weights embedded in the single file:
+
+- `model.onnx` ("all_taps"): every tap of the manifest as a named graph output, in dataflow order;
+- `model.logits.onnx` ("logits"): only `logits`, the graph a user would ship.
+
+The graph is traced by torch.onnx's dynamo exporter from `parity_reference.model.forward` itself (a small
+wrapper module returns the taps as a tuple), so the ONNX file cannot drift from the reference.
+torch is imported inside `export_onnx` only; the checks need onnx and onnxruntime, not torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from parity_reference.config import GPTConfig, param_shapes
+from parity_reference.taps import tap_names
+
+from parity_harness._backends.onnx.graph import (
+    INPUT_NAME,
+    ONNX_OPSET,
+    OnnxGraph,
+    check_onnx_file,
+    check_onnx_model,
+    expected_outputs,
+    load_onnx,
+    onnx_file,
+    ort_runner,
+    run_cases,
+)
+from parity_harness._backends.onnx.weights import graph_weight_problem
+from parity_harness._compare.judge import compare_tensors
+from parity_harness._core.errors import FixtureError
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.fixture import Fixture
+
+__all__ = [
+    "ONNX_OPSET",
+    "OnnxGraph",
+    "OnnxTapCheck",
+    "check_onnx_against_golden",
+    "check_onnx_file",
+    "export_decode_onnx",
+    "export_onnx",
+    "verify_onnx_files",
+]
+
+_NOISY_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "torch._export", "torch.fx", "onnxscript")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[io.StringIO]:
+    """Swallow the exporter's prints, warnings and log lines; yields what was printed."""
+    captured = io.StringIO()
+    levels = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
+    try:
+        for name in _NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(captured),
+            contextlib.redirect_stderr(captured),
+        ):
+            warnings.simplefilter("ignore")
+            yield captured
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def export_onnx(
+    weights: dict[str, np.ndarray], config: GPTConfig, path: Path, outputs: OnnxGraph, lens_rows: int | None = None
+) -> None:
+    """Write the reference model as one self-contained .onnx file.
+
+    `weights`: float32 numpy arrays under Hugging Face GPT-2 names (Conv1D weights [in, out]).
+    `outputs`: "all_taps" (every tap, named, in dataflow order) or "logits" (only `logits`).
+    `lens_rows`: probs and the logit lens for the last positions only (parity_reference.model.forward).
+    The file is written next to `path` and renamed into place, then checked (`check_onnx_model`).
+    """
+    import torch
+    from parity_reference.model import forward
+
+    names = expected_outputs(tap_names(config.n_layer), outputs)
+    expected = param_shapes(config)
+    if set(weights) != set(expected):
+        missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+        raise ValueError(f"weights do not match the config (missing {missing}, extra {extra})")
+
+    class TapsModule(torch.nn.Module):
+        """tokens (T,) -> the graph outputs as a tuple, computed by parity_reference.model.forward."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            # Buffers become ONNX initializers; '.' is not allowed in a buffer name.
+            self.keys = list(expected)
+            for key in self.keys:
+                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))  # a writable copy
+                self.register_buffer(key.replace(".", "__"), tensor.clone())
+
+        def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            params = {key: getattr(self, key.replace(".", "__")) for key in self.keys}
+            taps: dict[str, torch.Tensor] = {}
+            logits = forward(params, config, tokens, taps if outputs == "all_taps" else None, lens_rows)
+            return tuple(taps[n] for n in names) if outputs == "all_taps" else (logits,)
+
+    # An example longer than 1 (torch.export specializes a size-1 example), within the context.
+    example = torch.arange(min(config.n_ctx, 3), dtype=torch.int64) % config.vocab_size
+    dynamic: Any = None
+    if config.n_ctx > 1:
+        dynamic = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},)
+    def check(model: Any, where: Path) -> None:
+        check_onnx_model(model, where, tap_names(config.n_layer), outputs)
+        problem = graph_weight_problem(model, weights)  # what every run checks again (_backends/onnx/weights.py)
+        if problem is not None:
+            raise FixtureError(f"{where}: {problem}")
+
+    export_program(TapsModule().eval(), (example,), Path(path), [INPUT_NAME], names, dynamic, check)
+
+
+def export_program(
+    module: Any, example: tuple[Any, ...], path: Path, input_names: list[str], output_names: list[str],
+    dynamic: Any, check: Callable[[Any, Path], None],
+) -> None:
+    """Export `module` with the dynamo exporter into `path`, atomically: written beside it, loaded and
+    checked by `check(model, path)`, then moved in place. The exporter's chatter is kept quiet, and its
+    last lines are in the error when it fails."""
+    import torch
+
+    from parity_harness._core.safe_write import write_atomic_with
+
+    def write(tmp: Path) -> None:
+        with _quiet() as log, torch.no_grad():
+            try:
+                program = torch.onnx.export(
+                    module, example, dynamo=True, opset_version=ONNX_OPSET,
+                    input_names=input_names, output_names=output_names, dynamic_shapes=dynamic,
+                    external_data=False, verbose=False,
+                )
+                assert program is not None
+                program.save(str(tmp), external_data=False)
+            except Exception as exc:
+                tail = log.getvalue().strip().splitlines()[-5:]
+                raise RuntimeError(f"ONNX export of {path} failed: {exc}\n" + "\n".join(tail)) from exc
+        check(load_onnx(tmp), path)
+
+    write_atomic_with(path, write, "ONNX graph")
+
+
+@dataclass(frozen=True)
+class OnnxTapCheck:
+    """One committed graph's worst error on one tap over every case, against the fp32 golden."""
+
+    file: str
+    tap: str
+    max_abs_err: float  # over finite cells; inf if -inf/inf/NaN do not line up
+    atol: float
+    ok: bool
+
+
+def verify_onnx_files(fixture: Fixture) -> list[OnnxTapCheck]:
+    """Run both committed graphs (onnxruntime, CPU, one thread) on every case; compare to golden fp32.
+
+    FixtureError if a graph is missing or does not pass `check_onnx_file`.
+    """
+    golden = fixture.golden("fp32")
+    tolerances = fixture.tolerances["fp32"]
+    checks: list[OnnxTapCheck] = []
+    for graph in ("all_taps", "logits"):
+        path = onnx_file(fixture, graph)
+        check_onnx_file(path, fixture, graph)
+        names = expected_outputs(fixture.tap_names, graph)
+        results = run_cases(fixture, path, names, ort_runner(path))
+        for tap in names:
+            tol = tolerances.for_tap(tap)
+            cmps = [compare_tensors(np.asarray(results[c.name][tap]), golden[c.name][tap], tol.atol, tol.rtol)
+                    for c in fixture.cases]
+            worst = max(c.max_abs for c in cmps)
+            checks.append(OnnxTapCheck(path.name, tap, worst, tol.atol, all(c.passed for c in cmps)))
+    return checks
+
+
+def check_onnx_against_golden(fixture: Fixture) -> list[str]:
+    """`parity export --check`'s ONNX step: one line per graph; FixtureError if any tap breaches tolerance."""
+    checks = verify_onnx_files(fixture)
+    lines = []
+    for name in dict.fromkeys(c.file for c in checks):
+        mine = [c for c in checks if c.file == name]
+        worst = max(mine, key=lambda c: c.max_abs_err)
+        lines.append(
+            f"{name}: {len(mine)} tap(s) x {len(fixture.cases)} case(s) reproduce golden fp32, "
+            f"worst {worst.tap} max |diff| {worst.max_abs_err:.2e}"
+        )
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        detail = ", ".join(f"{c.file}:{c.tap} {c.max_abs_err:.2e} > {c.atol:g}" for c in bad[:5])
+        raise FixtureError(
+            f"{fixture.root}: the committed ONNX graph(s) do not reproduce the golden files ({detail}); "
+            "regenerate them with `parity export`"
+        )
+    return lines
+
+
+def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: Path) -> None:
+    """Write `parity_reference.model.decode_step` as one self-contained .onnx file (checked, then renamed in)."""
+    import torch
+    from parity_reference.config import param_shapes
+    from parity_reference.model import decode_step
+
+    from parity_harness._backends.onnx.decode import check_decode_model, input_names, output_names
+
+    keys = list(param_shapes(config))
+    L, H, dh = config.n_layer, config.n_head, config.d_head
+
+    class DecodeModule(torch.nn.Module):
+        """(token (1,), past keys and values (H, P, dh) per block) -> (logits (V,), present (H, P + 1, dh) ...)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            for key in keys:  # buffers become ONNX initializers; '.' is not allowed in a buffer name
+                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
+                self.register_buffer(key.replace(".", "__"), tensor.clone())
+
+        def forward(self, token: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            params = {key: getattr(self, key.replace(".", "__")) for key in keys}
+            cache = [(past[2 * i], past[2 * i + 1]) for i in range(L)]
+            logits, grown = decode_step(params, config, token, cache)
+            return (logits, *[t for kv in grown for t in kv])
+
+    n_past = min(3, config.n_ctx - 1)  # an example past longer than 1 (torch.export specializes size 1)
+    example = (torch.zeros(1, dtype=torch.int64), *[torch.zeros(H, n_past, dh) for _ in range(2 * L)])
+    past_dim = torch.export.Dim("P", min=1, max=max(config.n_ctx - 1, 2))
+    dynamic: Any = (None, tuple({1: past_dim} for _ in range(2 * L)))  # token, then the *past tuple
+    export_program(DecodeModule().eval(), example, Path(path), input_names(L), output_names(L), dynamic,
+                   lambda model, where: check_decode_model(model, where, config))

@@ -1,0 +1,165 @@
+"""`parity export --preset NAME`: a GPT-2-shaped fixture from deterministic random weights, not committed.
+
+`gpt2-small` is GPT-2 small's shape (V 50,257, context 1,024, d 768, 12 blocks of 12 heads, learned
+positions, tied embeddings, 124,439,808 parameters); `gpt2-mini` the same code path at toy size, for
+CI. Weights follow GPT-2's initialization (normal, std 0.02; the residual output projections
+`attn.c_proj` and `mlp.c_proj` std 0.02 / sqrt(2 n_layer); biases 0, LayerNorm gain 1, bias 0),
+drawn from numpy's PCG64 with the seed, so a seed names one fixture on every platform.
+
+What makes it scale (docs/tolerances.md, docs/fixture-format.md):
+- `probs` and every `logit_lens.k` are [T, V]; the golden keeps only their last `LENS_ROWS`
+  positions (the manifest's per-tap `rows`), and every built-in backend computes only those;
+- tolerances are per tap, `atol = c * eps * M_tap` (M_tap = max |golden| of the tap over the cases,
+  in that tier's golden), written into the manifest's overrides, `c` measured on gpt2-small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from parity_reference.config import GPT2_SMALL, GPTConfig, param_shapes
+from parity_reference.taps import tap_names
+
+from parity_harness._core.precision import PRECISIONS, Precision
+from parity_harness._fixture.fixture import Case
+
+EPS: dict[Precision, float] = {"fp32": float(np.finfo(np.float32).eps), "fp64": float(np.finfo(np.float64).eps)}
+# c in atol = c * eps * M_tap, per tier: measured on gpt2-small (every built-in backend against the
+# goldens, in eps * M_tap units; the table and the headroom are in docs/tolerances.md).
+SCALED_C: dict[Precision, float] = {"fp32": 64.0, "fp64": 512.0}
+LENS_ROWS = 4  # the last positions kept of probs and of every logit_lens.k ([T, V] taps)
+INIT_STD = 0.02  # GPT-2's initialization
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    config: GPTConfig
+    lengths: tuple[int, ...]  # one case per length: 1 token, a short one, a long one
+    long_length: int  # the extra case of --long (the full context)
+    what: str
+
+
+PRESETS: dict[str, Preset] = {
+    "gpt2-small": Preset("gpt2-small", GPT2_SMALL, (1, 16, 128), 1024,
+                         "GPT-2 small's shape: V 50,257, context 1,024, d 768, 12 blocks of 12 heads"),
+    "gpt2-mini": Preset("gpt2-mini",
+                        GPTConfig(vocab_size=96, n_ctx=32, d_model=16, n_layer=8, n_head=2, d_mlp=64,
+                                  positions="learned"),
+                        (1, 5, 24), 32, "the same code path at toy size (8 blocks), for CI"),
+}
+
+
+def init_weights(config: GPTConfig, seed: int) -> dict[str, np.ndarray]:
+    """GPT-2's initialization, deterministic for a seed: float32 under Hugging Face names."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    residual_std = INIT_STD / math.sqrt(2 * config.n_layer)
+    weights: dict[str, np.ndarray] = {}
+    for name, shape in param_shapes(config).items():
+        if name.endswith(("ln_1.weight", "ln_2.weight")) or name == "ln_f.weight":
+            weights[name] = np.ones(shape, dtype=np.float32)
+        elif name.endswith(".bias"):
+            weights[name] = np.zeros(shape, dtype=np.float32)
+        else:
+            std = residual_std if name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")) else INIT_STD
+            weights[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+    return weights
+
+
+def make_cases(config: GPTConfig, lengths: Sequence[int], seed: int) -> list[Case]:
+    """One case of random token ids per length (clipped to the context), named by its length."""
+    rng = np.random.Generator(np.random.PCG64(seed + 1))
+    cases: list[Case] = []
+    for n in dict.fromkeys(min(n, config.n_ctx) for n in lengths):
+        tokens = tuple(int(t) for t in rng.integers(0, config.vocab_size, size=n))
+        kind = "single" if n == 1 else "longest" if n == config.n_ctx else "random"
+        cases.append(Case(f"random_{n}" if n > 1 else "single_token", tokens, kind))
+    return cases
+
+
+def lens_tap_rows(config: GPTConfig, rows: int = LENS_ROWS) -> dict[str, int]:
+    """The taps whose golden keeps only the last `rows` positions: probs and every logit_lens.k."""
+    return {t: rows for t in tap_names(config.n_layer) if t == "probs" or t.startswith("logit_lens.")}
+
+
+def scaled_tolerances(goldens: Mapping[Precision, Mapping[str, Mapping[str, np.ndarray]]],
+                      taps: Sequence[str]) -> dict[str, Any]:
+    """Both tiers' tolerances: the toy's defaults, and a per-tap override atol = c * eps * M_tap (rtol 0)."""
+    from parity_harness._authoring.fixture_writer import default_tolerances
+    from parity_harness._fixture.tolerances import tap_magnitude
+
+    tolerances = default_tolerances()
+    for precision in PRECISIONS:
+        overrides: dict[str, dict[str, float]] = {}
+        for tap in taps:
+            magnitude = tap_magnitude(case_taps[tap] for case_taps in goldens[precision].values())
+            atol = SCALED_C[precision] * EPS[precision] * max(magnitude, float(np.finfo(np.float32).tiny))
+            overrides[tap] = {"atol": float(f"{atol:.3e}"), "rtol": 0.0}
+        tolerances[precision]["overrides"] = overrides
+    return tolerances
+
+
+def write_scaled_fixture(root: Path, config: GPTConfig, weights: dict[str, np.ndarray], cases: list[Case],
+                         vocab: Sequence[str], provenance: Mapping[str, Any], progress: Progress,
+                         with_onnx: bool = True) -> None:
+    """Goldens of both tiers (probs and the lens on the last LENS_ROWS positions), scaled tolerances,
+    the ONNX graphs, hashed and sealed by the one fixture writer: built beside `root`, checked, and
+    swapped in (parity_harness/_core/safe_write.py). `root` must be new or empty (or a fixture of the same kind
+    holding only its own files): checked before the work."""
+    import torch
+    from parity_reference.run import reference_taps
+
+    from parity_harness._authoring.fixture_writer import fixture_kind, owned_entries, write_fixture_files
+    from parity_harness._core.safe_write import replace_directory, staging_directory
+    from parity_harness._fixture.fixture import load_fixture
+
+    kind = fixture_kind({"provenance": provenance}) or "scaled"
+    owned_entries(root, kind)
+    rows = lens_tap_rows(config)
+    goldens: dict[Precision, Any] = {}
+    for precision in PRECISIONS:
+        lengths = ", ".join(str(len(c.tokens)) for c in cases)
+        progress(f"golden {precision} taps for {len(cases)} cases (lengths {lengths})")
+        goldens[precision] = reference_taps(weights, config, cases, precision, lens_rows=LENS_ROWS)
+    with staging_directory(root) as staging:
+        write_fixture_files(
+            staging, config=config, vocab=vocab, cases=cases, weights=weights, golden=goldens, onnx=with_onnx,
+            provenance={"torch": torch.__version__.split("+")[0], **provenance,
+                        "tolerances": f"per tap: atol = c * eps * M_tap, c = {SCALED_C['fp32']:g} (fp32), "
+                                      f"{SCALED_C['fp64']:g} (fp64); docs/tolerances.md"},
+            tolerances=scaled_tolerances(goldens, tap_names(config.n_layer)), tap_rows=rows, lens_rows=LENS_ROWS,
+            progress=progress,
+        )
+        load_fixture(staging)  # validate what was written before putting it in place
+        replace_directory(staging, root, owned_entries(root, kind))
+
+
+def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, progress: Progress = print,
+                  with_onnx: bool = True) -> None:
+    """`parity export --preset NAME --fixture DIR [--seed N] [--long]`."""
+    from parity_harness._fixture.platforms import current_platform
+
+    preset = PRESETS[name]
+    say: Progress = lambda message: progress(f"parity export: {message}")  # noqa: E731
+    say(f"preset {name} ({preset.what}), seed {seed}")
+    weights = init_weights(preset.config, seed)
+    lengths = (*preset.lengths, preset.long_length) if long else preset.lengths
+    cases = make_cases(preset.config, lengths, seed)
+    vocab = [f"<{i}>" for i in range(preset.config.vocab_size)]
+    write_scaled_fixture(root, preset.config, weights, cases, vocab, {
+        "preset": name, "seed": seed, "command": f"parity export --preset {name} --seed {seed}"
+                                                 + (" --long" if long else ""),
+        "weights": ("parity_harness._authoring.presets.init_weights: N(0, 0.02), residual projections "
+                    "0.02/sqrt(2 n_layer), PCG64(seed)"),
+        "platform": current_platform(),
+    }, say, with_onnx)
+
+
+__all__ = ["PRESETS", "SCALED_C", "export_preset", "init_weights", "scaled_tolerances", "write_scaled_fixture"]

@@ -1,0 +1,89 @@
+"""The backend contract: a small class with a name, its precisions, and `run`.
+
+A backend computes every case of a fixture in one precision and returns
+`{case name: {tap name: numpy array}}`, one array per tap it declares in `supported_taps`, with
+the manifest's shape and the precision's dtype (float32 for "fp32", float64 for "fp64"). A tap it
+cannot produce is left out of `supported_taps` and reported "not supported", never silently
+missing. Heavy imports (torch, onnxruntime, ...) happen inside `run`, never at import time.
+
+Optionally, a backend decodes incrementally from a key/value cache (parity_harness/_fixture/decoding.py):
+`supports_decoding(fixture)` returns True and `decode(fixture, precision, requests)` returns
+`{prompt: {"step{k}/{tap}": array}}` for steps 0 (the prefill) .. N, taps
+`blocks.{i}.attn.cache_k|cache_v` [H, T, d_head] and `logits` [V]. A backend without it is
+"not supported" for decoding.
+
+Two optional additions, for fixtures of GPT-2 size: a backend that sets `streams = True` also
+defines `run_cases`, a generator of `(case name, {tap: array})` in the fixture's case order, and the
+harness compares and drops each case as it comes (memory bounded by one case); `declines` returns
+a reason to not run at all on a fixture (e.g. too big for a pure-Python interpreter), reported once
+as "not supported".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, ClassVar
+
+from parity_harness._core.precision import PRECISIONS, BackendOutput, Precision
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import numpy as np
+
+    from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
+    from parity_harness._fixture.fixture import Fixture
+
+__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "module_available"]
+
+
+def module_available(name: str) -> bool:
+    """True if `name` can be imported; a dotted name whose parent is missing is missing, not an error."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # find_spec("a.b") raises ModuleNotFoundError when `a` is missing
+        return False
+
+
+class Backend:
+    """Subclass this, set the class attributes, and implement `run`."""
+
+    name: ClassVar[str] = ""  # the name users type: `parity run --backends NAME`
+    description: ClassVar[str] = ""  # one line for `parity backends`
+    precisions: ClassVar[tuple[Precision, ...]] = ()  # what it computes in: ("fp32",), ("fp64",) or both
+    requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs, checked before running
+    install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity[onnx]'"
+    streams: ClassVar[bool] = False  # True: `run_cases` yields one case at a time (the harness uses it)
+
+    def missing_dependencies(self) -> list[str]:
+        """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""
+        return [m for m in self.requires if not module_available(m)]
+
+    def supported_taps(self, fixture: Fixture) -> list[str]:
+        """The taps this backend produces for this fixture; by default every tap of the manifest."""
+        return list(fixture.tap_names)
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        """Every case of `fixture` in `precision`: {case: {tap: array}}."""
+        raise NotImplementedError
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        """True when `decode` works for this fixture; by default a backend does not decode."""
+        return False
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        """Prefill and decode step by step: {request name: {"step{k}/{tap}": array}}.
+
+        `requests` default to the fixture's decoding prompts, each step fed the golden's token.
+        """
+        raise NotImplementedError
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        """Optional, with `streams = True`: yield (case name, {tap: array}) for every case, in order."""
+        yield from self.run(fixture, precision).items()
+
+    def declines(self, fixture: Fixture) -> str | None:
+        """Why this backend does not run on `fixture` at all (reported once as not supported), or None."""
+        return None

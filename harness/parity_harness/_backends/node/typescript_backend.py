@@ -1,0 +1,115 @@
+"""The TypeScript backend: Node runs `ts_model/node/run.ts`, the float64 port of the reference model.
+
+`node ts_model/node/run.ts FIXTURE_DIR OUT.safetensors --per-case` writes every tap of each case in float64
+under "{case}/{tap}", one file per case (OUT.safetensors.{i}); this class starts it in a temporary
+directory and reads the files back one case at a time (`run_cases`), deleting each once read.
+Which Node, and the settings (`PARITY_NODE`, `PARITY_TS_DIR`, `PARITY_NODE_TIMEOUT`):
+parity_harness/_backends/node/runtime.py.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.node.runtime import (
+    INSTALL_HINT,
+    find_node,
+    last_line,
+    run_node,
+    split_by_case,
+    timeout_seconds,
+    ts_script,
+)
+from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
+    from parity_harness._fixture.fixture import Fixture
+
+
+class TypeScriptBackend(Backend):
+    name: ClassVar[str] = "typescript"
+    description: ClassVar[str] = "ts_model/model/model.ts on Node, float64 (JavaScript numbers), no dependencies"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
+    install_hint: ClassVar[str] = INSTALL_HINT
+    streams: ClassVar[bool] = True  # run.ts --per-case: one file per case, read and dropped one at a time
+
+    def missing_dependencies(self) -> list[str]:
+        try:
+            find_node()
+        except BackendUnavailable:
+            return ["node (Node.js >= 22.18)"]
+        if not ts_script("run.ts").is_file():
+            return [f"{ts_script('run.ts')} (set PARITY_TS_DIR to a directory holding node/run.ts)"]
+        return []
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        if precision != "fp64":
+            raise BackendFailed(f"typescript computes in float64 only, not {precision}")
+        node = find_node()
+        script = ts_script("run.ts")
+        if not script.is_file():
+            raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding node/run.ts)")
+        timeout = timeout_seconds(fixture)
+        with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
+            out_path = Path(tmp) / "taps.safetensors"
+            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path), "--per-case"]
+            stderr = run_node(args, tmp, timeout, script)
+            from parity_harness._fixture.fixture import read_safetensors
+
+            for i, case in enumerate(fixture.cases):
+                path = out_path.with_name(f"{out_path.name}.{i}")
+                if not path.is_file():
+                    raise BackendFailed(
+                        f"typescript: {script.name} exited 0 but wrote no output for case {case.name!r} "
+                        f"({last_line(stderr)})"
+                    )
+                try:
+                    tensors = read_safetensors(path)
+                except FixtureError as exc:
+                    raise BackendFailed(f"typescript: unreadable output: {exc}") from None
+                path.unlink()
+                yield case.name, split_by_case(fixture, tensors, cases=[case])[case.name]
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        """With ts_model/node/run-decode.ts (model.ts's `decode`, float64)."""
+        return ts_script("run-decode.ts").is_file()
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        """`node run-decode.ts FIXTURE REQUESTS.json OUT.safetensors`, read back: {name: {"step{k}/{tap}": array}}."""
+        import json
+
+        from parity_harness._fixture.decoding import requests_for
+        from parity_harness._fixture.fixture import read_safetensors
+
+        if precision != "fp64":
+            raise BackendFailed(f"typescript computes in float64 only, not {precision}")
+        reqs = requests_for(fixture, requests)
+        node, script, timeout = find_node(), ts_script("run-decode.ts"), timeout_seconds()
+        with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
+            req_path, out_path = Path(tmp) / "requests.json", Path(tmp) / "decode.safetensors"
+            req_path.write_text(json.dumps([{"name": r.name, "prompt": list(r.prompt), "steps": r.steps,
+                                             "feed": list(r.feed) if r.feed is not None else None} for r in reqs]))
+            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(req_path), str(out_path)]
+            stderr = run_node(args, tmp, timeout, script)
+            try:
+                tensors = read_safetensors(out_path)
+            except FixtureError as exc:
+                raise BackendFailed(f"typescript: unreadable decoding output ({last_line(stderr)}): {exc}") from None
+        out: DecodeOutput = {r.name: {} for r in reqs}
+        for key, value in tensors.items():
+            name, _, rest = key.partition("/")
+            if name in out:
+                out[name][rest] = value
+        return out

@@ -1,0 +1,68 @@
+"""The NumPy backend: parity_reference/numpy_model.py on every case of a fixture, in float32 and float64.
+
+This is the backend to copy when you add one (docs/adding-a-backend.md walks through it): the
+model is one plain-NumPy function per step (parity_reference/numpy_model.py); the class below casts the
+weights once to the precision's dtype, checks the tokens, and yields every tap case by case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from parity_reference.numpy_model import decode, forward
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._core.errors import FixtureError
+from parity_harness._core.precision import DTYPES
+from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
+from parity_harness._fixture.fixture import Fixture
+
+
+class NumpyBackend(Backend):
+    """parity_reference/numpy_model.py's forward pass, on every case of a fixture."""
+
+    name = "numpy"
+    description = "plain NumPy forward pass (math.erf for GELU), float32 and float64"
+    precisions = ("fp32", "fp64")
+    requires = ("numpy",)
+    install_hint = "pip install numpy"
+
+    streams = True  # one case at a time (`run_cases`): memory bounded by one case
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        config, dtype = fixture.config, DTYPES[precision]
+        # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: each float32 array is freed once cast (pop)
+        params = {name: weights.pop(name).astype(dtype) for name in list(weights)}
+        lens_rows = fixture.lens_rows()  # the positions the fixture keeps of probs and the lens
+        for case in fixture.cases:
+            tokens = list(case.tokens)
+            # Bad input is a ParityError with one clear line, never an IndexError or garbage numbers.
+            if not 1 <= len(tokens) <= config.n_ctx:
+                raise FixtureError(f"case {case.name!r}: {len(tokens)} tokens, expected 1 to {config.n_ctx}")
+            bad = [t for t in tokens if not 0 <= t < config.vocab_size]
+            if bad:
+                raise FixtureError(
+                    f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})"
+                )
+            taps = forward(params, config, tokens, lens_rows)
+            yield case.name, {tap: taps[tap] for tap in self.supported_taps(fixture)}
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        return True
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        """Prefill and decode every request (_fixture/decoding.py) with parity_reference/numpy_model.py."""
+        dtype = DTYPES[precision]
+        params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
+        return {req.name: steps_to_output(fixture.config.n_layer, decode(
+                    params, fixture.config, list(req.prompt), req.steps,
+                    list(req.feed) if req.feed is not None else None))
+                for req in requests_for(fixture, requests)}

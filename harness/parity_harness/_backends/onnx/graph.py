@@ -1,0 +1,204 @@
+"""Read, validate and run the fixture's committed ONNX graphs, without torch.
+
+Shared by the three ONNX backends and by `parity export --check`. A graph is trusted only after
+`check_onnx_file`: the file parses, passes `onnx.checker`, is self-contained (no external data),
+takes one input `tokens` (int64, [T]) and its outputs are exactly the manifest's taps in dataflow
+order (the all-taps graph) or exactly `["logits"]` (the logits-only graph); and `onnx_file`, the
+way every backend finds a graph, checks that it embeds exactly the fixture's weights
+(parity_harness/_backends/onnx/weights.py). Every problem raises
+`FixtureError` with one line naming the file. onnx and onnxruntime are imported inside functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from parity_harness._core.errors import BackendFailed, FixtureError
+
+if TYPE_CHECKING:
+    from parity_harness._core.precision import BackendOutput
+    from parity_harness._fixture.fixture import Fixture
+
+OnnxGraph = Literal["all_taps", "logits"]
+GRAPHS: tuple[OnnxGraph, ...] = ("all_taps", "logits")
+# Pinned: the opset torch.onnx's dynamo exporter (torchlib) is written in, so no version converter
+# runs; every op the model needs (Erf, Trilu, Softmax-13 semantics, ...) exists at 18; opset <= 17
+# with the dynamo exporter writes an invalid model. See docs/onnx.md.
+ONNX_OPSET = 18
+INPUT_NAME = "tokens"  # int64 [T], 1 <= T <= n_ctx
+
+
+def expected_outputs(tap_names: Sequence[str], graph: OnnxGraph) -> list[str]:
+    """The graph output names of `graph`: every tap in dataflow order, or just `logits`."""
+    if graph == "all_taps":
+        return list(tap_names)
+    if graph == "logits":
+        return ["logits"]
+    raise ValueError(f"unknown ONNX graph kind {graph!r} (expected one of {GRAPHS})")
+
+
+def onnx_file(fixture: Fixture, graph: OnnxGraph) -> Path:
+    """The fixture's committed graph of kind `graph`, its initializers checked against the fixture's
+    weights (parity_harness/_backends/onnx/weights.py, once per file); FixtureError when the manifest lists none."""
+    from parity_harness._backends.onnx.weights import check_graph_weights
+
+    path = fixture.onnx_path(graph)
+    if path is None:
+        raise FixtureError(
+            f"{fixture.manifest_path}: the fixture has no ONNX {graph!r} graph (files.onnx.{graph}); "
+            "run `parity export` to write model.onnx and model.logits.onnx"
+        )
+    if not path.is_file():
+        raise FixtureError(f"{path}: file not found; run `parity export`")
+    check_graph_weights(fixture, path)
+    return path
+
+
+def load_onnx(path: Path) -> Any:
+    """Parse and check an .onnx file (onnx.ModelProto); FixtureError naming the file if it is unusable."""
+    import onnx
+
+    if not path.is_file():
+        raise FixtureError(f"{path}: file not found")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError, OSError, ...: any of them means unreadable
+        raise FixtureError(f"{path}: not a readable ONNX file ({type(exc).__name__}: {exc})") from None
+    if not model.graph.node or not model.graph.output:
+        raise FixtureError(f"{path}: not a usable ONNX file (empty or truncated graph)")
+    external = [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external:
+        raise FixtureError(
+            f"{path}: refers to external data for {external[:3]}; the file must be self-contained"
+        )
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FixtureError(f"{path}: not a valid ONNX model ({first})") from None
+    return model
+
+
+def output_difference(actual: Sequence[str], expected: Sequence[str]) -> str:
+    """How two lists of output names differ, for one line: missing, extra, or order. Empty if equal."""
+    if list(actual) == list(expected):
+        return ""
+    missing = [n for n in expected if n not in actual]
+    extra = [n for n in actual if n not in expected]
+    parts = []
+    if missing:
+        parts.append(f"missing {missing}")
+    if extra:
+        parts.append(f"extra {extra}")
+    if not parts:
+        dupes = sorted({n for n in actual if list(actual).count(n) > 1})
+        first = next(i for i, (a, b) in enumerate(zip(actual, expected, strict=False)) if a != b)
+        parts.append(
+            f"repeated {dupes}"
+            if dupes
+            else f"wrong order from #{first}: {actual[first]!r}, expected {expected[first]!r}"
+        )
+    return "; ".join(parts)
+
+
+def check_onnx_model(model: Any, path: Path, tap_names: Sequence[str], graph: OnnxGraph) -> None:
+    """The input/output contract of a parsed graph (see the module docstring); FixtureError otherwise."""
+    import onnx
+
+    inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    if len(inputs) != 1 or inputs[0].name != INPUT_NAME:
+        raise FixtureError(f"{path}: graph inputs are {[i.name for i in inputs]}, expected [{INPUT_NAME!r}]")
+    tensor_type = inputs[0].type.tensor_type
+    dims = tensor_type.shape.dim
+    if tensor_type.elem_type != onnx.TensorProto.INT64 or len(dims) != 1:
+        raise FixtureError(f"{path}: input {INPUT_NAME!r} must be int64 of shape [T]")
+    actual = [o.name for o in model.graph.output]
+    diff = output_difference(actual, expected_outputs(tap_names, graph))
+    if diff:
+        what = "the manifest's taps" if graph == "all_taps" else "['logits']"
+        raise FixtureError(f"{path}: graph outputs do not match {what} ({diff})")
+
+
+def check_onnx_file(path: Path, fixture: Fixture, outputs: OnnxGraph) -> None:
+    """Refuse a graph file that is unreadable or whose outputs are not exactly what `outputs` promises."""
+    check_onnx_model(load_onnx(path), path, fixture.tap_names, outputs)
+
+
+def softmax_f32(logits: np.ndarray) -> np.ndarray:
+    """Float32 softmax over the last axis, stable: exp(x - max) / sum."""
+    x = logits.astype(np.float32, copy=False)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    out: np.ndarray = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32, copy=False)
+    return out
+
+
+Runner = Callable[[np.ndarray], list[np.ndarray]]
+
+
+def ort_runner(
+    path: Path, optimization: Literal["disable", "basic", "extended", "all"] | None = None
+) -> Runner:
+    """An onnxruntime CPU session on one thread; `optimization=None` keeps ORT's default (ORT_ENABLE_ALL)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # one thread: the same reduction order every run
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    if optimization is not None:
+        levels = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }
+        options.graph_optimization_level = levels[optimization]
+    try:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
+        raise BackendFailed(f"{path}: onnxruntime cannot load the graph ({_first_line(exc)})") from None
+
+    def run(tokens: np.ndarray) -> list[np.ndarray]:
+        return list(session.run(None, {INPUT_NAME: tokens}))
+
+    return run
+
+
+def reference_runner(model: Any) -> Runner:
+    """The same graph under onnx.reference.ReferenceEvaluator (pure Python, NumPy kernels)."""
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(model)
+
+    def run(tokens: np.ndarray) -> list[np.ndarray]:
+        return list(evaluator.run(None, {INPUT_NAME: tokens}))
+
+    return run
+
+
+def run_cases(fixture: Fixture, path: Path, names: Sequence[str], runner: Runner) -> BackendOutput:
+    """Run every case through `runner`; {case: {output name: float32 array}}. BackendFailed on a crash."""
+    out: BackendOutput = {}
+    for case in fixture.cases:
+        tokens = np.asarray(case.tokens, dtype=np.int64)
+        try:
+            values = runner(tokens)
+        except Exception as exc:  # the runtimes raise many types; any crash is the backend's failure
+            raise BackendFailed(
+                f"{path}: case {case.name!r} (T={len(tokens)}) failed: {_first_line(exc)}"
+            ) from None
+        if len(values) != len(names):
+            raise BackendFailed(f"{path}: returned {len(values)} outputs, expected {len(names)}")
+        out[case.name] = {
+            n: np.asarray(v).astype(np.float32, copy=False) for n, v in zip(names, values, strict=True)
+        }
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

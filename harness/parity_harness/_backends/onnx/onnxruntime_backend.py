@@ -1,0 +1,49 @@
+"""The `onnxruntime` backend: the fixture's all-taps graph (model.onnx) under onnxruntime's CPU provider.
+
+Default session options (ORT's default graph optimization, ORT_ENABLE_ALL, which cannot fuse away
+a node whose output is a graph output), one intra-op thread for a deterministic reduction order.
+float32 only: onnxruntime has no float64 Erf kernel, so there is no float64 ONNX path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.onnx.graph import check_onnx_file, expected_outputs, onnx_file, ort_runner, run_cases
+from parity_harness._core.errors import BackendFailed
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
+    from parity_harness._fixture.fixture import Fixture
+
+
+class OnnxRuntimeBackend(Backend):
+    name: ClassVar[str] = "onnxruntime"
+    description: ClassVar[str] = "model.onnx (every tap a graph output) on onnxruntime CPU, one thread"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
+    requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
+    install_hint: ClassVar[str] = "pip install 'parity[onnx]'"
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        if precision not in self.precisions:
+            raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
+        path = onnx_file(fixture, "all_taps")
+        check_onnx_file(path, fixture, "all_taps")
+        return run_cases(fixture, path, expected_outputs(fixture.tap_names, "all_taps"), ort_runner(path))
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx."""
+        from parity_harness._backends.onnx.decode import decode_graph
+
+        return decode_graph(fixture) is not None
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        from parity_harness._backends.onnx.decode import ort_decode
+        from parity_harness._fixture.decoding import requests_for
+
+        if precision not in self.precisions:
+            raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
+        return ort_decode(fixture, requests_for(fixture, requests))

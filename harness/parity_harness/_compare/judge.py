@@ -1,0 +1,318 @@
+"""The one judge: compare two tensors, and fold the results into per-tap verdicts and first divergences.
+
+Every check parity makes is a `CheckResult`, made by `judge_tensor`: a forward tap of a case (live
+or read from a dump) and a decoding step of a prompt (`step` set, the prompt in `case`) alike. Every
+set of results is folded by `fold` into `TapSummary` rows and `FirstDivergence`s, in one order: the
+step (0 for a forward tap), then the tap's place in dataflow order.
+
+The rules (docs/spec.md, section 3):
+- shape and dtype must match exactly; a mismatch fails, with both in the message;
+- NaN on the candidate side fails (NaN in a golden tensor is a broken fixture and fails too);
+- an infinity matches only the same infinity at the same place (masked attention scores);
+- a finite cell passes when |a - b| <= atol + rtol * |b|;
+- reported: max absolute error, max relative error (|a - b| / max(|b|, guard), where the guard is
+  the atol, or the dtype's tiny when atol is 0), the index and both values of the worst cell,
+  and the smallest atol that would have passed with the same rtol ("min_atol").
+Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parity_harness._core.status import Status
+
+OK, FAIL, NOT_SUPPORTED = Status.OK, Status.FAIL, Status.NOT_SUPPORTED
+
+
+@dataclass
+class TensorComparison:
+    passed: bool
+    max_abs: float = 0.0  # over finite cells
+    max_rel: float = 0.0  # over finite cells, guarded near zero
+    min_atol: float = 0.0  # smallest atol that passes with the same rtol; inf for a structural failure
+    index: list[int] | None = None  # the worst cell (the worst breach, else the largest error)
+    actual: float | None = None  # candidate value there
+    expected: float | None = None  # golden value there
+    n_bad: int = 0  # failing cells
+    message: str = ""  # why it failed, for structural failures (shape, dtype, NaN, infinity)
+
+
+def _cell(x: np.ndarray, index: tuple[int, ...]) -> float:
+    return float(x[index]) if x.ndim else float(x)
+
+
+def compare_tensors(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> TensorComparison:
+    """Compare a candidate tensor with a golden one under the rules above."""
+    if not isinstance(actual, np.ndarray):
+        return TensorComparison(False, math.inf, math.inf, math.inf, message=f"not an array ({type(actual).__name__})")
+    if actual.shape != expected.shape:
+        return TensorComparison(
+            False, math.inf, math.inf, math.inf,
+            message=f"shape {list(actual.shape)} != expected {list(expected.shape)}",
+        )
+    if actual.dtype != expected.dtype:
+        return TensorComparison(
+            False, math.inf, math.inf, math.inf, message=f"dtype {actual.dtype} != expected {expected.dtype}"
+        )
+    if actual.size == 0:
+        return TensorComparison(True)
+    a = actual.astype(np.float64)
+    b = expected.astype(np.float64)
+    for side, x in (("candidate", a), ("golden", b)):
+        nan = np.isnan(x)
+        if nan.any():
+            idx = tuple(int(i) for i in np.argwhere(nan)[0])
+            return TensorComparison(
+                False, math.inf, math.inf, math.inf, list(idx), _cell(a, idx), _cell(b, idx),
+                int(nan.sum()), f"NaN in the {side} at {list(idx)}",
+            )
+    inf_a, inf_b = np.isinf(a), np.isinf(b)
+    inf_mismatch = (inf_a | inf_b) & ~(inf_a & inf_b & (np.sign(a) == np.sign(b)))
+    if inf_mismatch.any():
+        idx = tuple(int(i) for i in np.argwhere(inf_mismatch)[0])
+        return TensorComparison(
+            False, math.inf, math.inf, math.inf, list(idx), _cell(a, idx), _cell(b, idx),
+            int(inf_mismatch.sum()), f"infinity mismatch at {list(idx)}: {_cell(a, idx)} vs {_cell(b, idx)}",
+        )
+    finite = ~inf_b
+    diff = np.abs(np.subtract(a, b, out=np.zeros_like(a), where=finite))  # 0 at matching infinities
+    abs_b = np.abs(np.where(finite, b, 0.0))
+    allowed = atol + rtol * abs_b
+    excess = diff - allowed  # > 0 where a cell breaks tolerance
+    bad = excess > 0
+    guard = atol if atol > 0 else float(np.finfo(expected.dtype).tiny)
+    with np.errstate(over="ignore"):  # a huge error over a tiny guard is inf: the right answer
+        rel = diff / np.maximum(abs_b, guard)
+    worst = np.unravel_index(int(np.argmax(excess if bad.any() else diff)), diff.shape)
+    idx = tuple(int(i) for i in worst)
+    return TensorComparison(
+        passed=not bad.any(),
+        max_abs=float(diff.max()),
+        max_rel=float(rel.max()),
+        min_atol=float(np.maximum(diff - rtol * abs_b, 0.0).max()),
+        index=list(idx),
+        actual=_cell(a, idx),
+        expected=_cell(b, idx),
+        n_bad=int(bad.sum()),
+    )
+
+
+@dataclass
+class CheckResult:
+    """One backend x precision x golden tier x case x tap (x decoding step)."""
+
+    backend: str
+    precision: str  # what the backend computed in: "fp32" or "fp64"
+    golden: str  # which golden file it was compared with: "fp32" or "fp64"
+    case: str
+    tap: str
+    status: Status
+    passed: bool | None  # None when not supported
+    atol: float
+    rtol: float
+    max_abs: float | None = None
+    max_rel: float | None = None
+    min_atol: float | None = None
+    index: list[int] | None = None
+    actual: float | None = None
+    expected: float | None = None
+    message: str = ""
+    n_bad: int = 0  # cells that break tolerance
+    step: int | None = None  # the decoding step (0: the prefill), `case` then names the prompt; None: forward
+
+
+def judge_tensor(
+    backend: str, precision: str, golden: str, case: str, tap: str, actual: np.ndarray | None,
+    expected: np.ndarray, atol: float, rtol: float, step: int | None = None,
+) -> CheckResult:
+    """The one check: `actual` (None: declared but not returned, a failure) against `expected` at (atol, rtol).
+
+    A float64 result judged against the float32 golden is compared in float64 (the golden upcast).
+    """
+    if actual is None:
+        return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, step=step,
+                           message="missing: the backend declares this tap but did not return it")
+    if golden != precision:
+        expected = expected.astype(np.float64)
+    cmp = compare_tensors(actual, expected, atol, rtol)
+    return CheckResult(
+        backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
+        cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad, step,
+    )
+
+
+@dataclass
+class TapSummary:
+    """One tap of one backend x precision x golden tier, worst over cases."""
+
+    backend: str
+    precision: str
+    golden: str
+    tap: str
+    status: Status
+    passed: bool | None
+    atol: float
+    rtol: float
+    n_cases: int = 0
+    n_failed: int = 0
+    max_abs: float | None = None
+    max_rel: float | None = None
+    min_atol: float | None = None
+    worst_case: str | None = None
+    message: str = ""
+    worst_step: int | None = None  # a decoding tap: the step of its worst check
+
+
+def summarize_tap(results: list[CheckResult]) -> TapSummary:
+    """Fold the per-case results of one tap (same backend, precision, golden) into its worst case."""
+    first = results[0]
+    summary = TapSummary(first.backend, first.precision, first.golden, first.tap, first.status, first.passed,
+                         first.atol, first.rtol)
+    if first.status == NOT_SUPPORTED:
+        return summary
+    summary.n_cases = len(results)
+    failed = [r for r in results if not r.passed]
+    summary.n_failed = len(failed)
+    summary.passed = not failed
+    summary.status = OK if not failed else FAIL
+    worst = max(results, key=lambda r: (not r.passed, r.max_abs if r.max_abs is not None else math.inf))
+    summary.max_abs = max((r.max_abs for r in results if r.max_abs is not None), default=None)
+    summary.max_rel = max((r.max_rel for r in results if r.max_rel is not None), default=None)
+    summary.min_atol = max((r.min_atol for r in results if r.min_atol is not None), default=None)
+    summary.worst_case, summary.worst_step = worst.case, worst.step
+    summary.message = worst.message
+    if any(r.max_abs is None for r in failed):  # a missing tap has no error to report: say "-", not 0
+        summary.max_abs = summary.max_rel = summary.min_atol = None
+    return summary
+
+
+@dataclass
+class FirstDivergence:
+    """The first tap, in dataflow order, where a backend's tier breaks tolerance, and what precedes it."""
+
+    backend: str
+    precision: str
+    golden: str
+    tap: str
+    case: str  # the case where that tap's error is worst
+    index: list[int] | None
+    actual: float | None
+    expected: float | None
+    max_abs: float | None
+    atol: float
+    message: str
+    upstream_taps: int  # how many taps come before it in dataflow order
+    upstream_max_abs: float  # worst error over every upstream tap and case (0.0 when it is the first tap)
+    by_case: dict[str, str] = field(default_factory=dict)  # case -> its own first diverging tap
+    n_bad: int = 0  # cells of that tap and case that break tolerance
+    location: str = ""  # the worst cell named by axis: "position 3 ('sleeps'), dim 5" (see `name_index`)
+    axes: dict[str, int] = field(default_factory=dict)  # the same by axis name: {"position": 3, "dim": 5}
+    previous_tap: str | None = None  # the tap just before it in dataflow order that was compared
+    previous_max_abs: float | None = None  # that tap's worst error over cases
+    rtol: float = 0.0  # the tier's rtol for that tap (a cell passes when |diff| <= atol + rtol * |expected|)
+    step: int | None = None  # decoding: the earliest failing step (then `upstream_*` cover every check before it)
+    margin: float | None = None  # decoding: the golden's top-2 logit margin at that step
+
+
+def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstDivergence | None:
+    """The first diverging (step,) tap of one backend x precision x golden tier, or None if all agree.
+
+    Checks are ordered by step (0 for a forward tap), then by the tap's place in `tap_order`; at the first
+    failing place, the case (or prompt) with the largest error is reported.
+    """
+    order = {t: i for i, t in enumerate(tap_order)}
+
+    def place(r: CheckResult) -> tuple[int, int]:
+        return (r.step or 0, order[r.tap])
+
+    failing = [r for r in results if r.status == FAIL]
+    if not failing:
+        return None
+    by_case: dict[str, str] = {}
+    for r in sorted(failing, key=place):
+        by_case.setdefault(r.case, r.tap if r.step is None else f"step{r.step}/{r.tap}")
+    first = min(place(r) for r in failing)
+    worst = max((r for r in failing if place(r) == first),
+                key=lambda r: r.max_abs if r.max_abs is not None else math.inf)
+    upstream = [r for r in results if r.status != NOT_SUPPORTED and place(r) < first]
+    upstream_max = max((r.max_abs for r in upstream if r.max_abs is not None), default=0.0)
+    previous = max((place(r) for r in upstream), default=None)
+    previous_tap = tap_order[previous[1]] if previous is not None else None
+    previous_max = max((r.max_abs for r in upstream if place(r) == previous and r.max_abs is not None), default=None)
+    return FirstDivergence(
+        worst.backend, worst.precision, worst.golden, worst.tap, worst.case, worst.index, worst.actual,
+        worst.expected, worst.max_abs, worst.atol, worst.message, len({place(r) for r in upstream}), upstream_max,
+        dict(sorted(by_case.items())), worst.n_bad, previous_tap=previous_tap, previous_max_abs=previous_max,
+        rtol=worst.rtol, step=worst.step,
+    )
+
+
+def fold(results: list[CheckResult], tap_order: list[str]) -> tuple[list[TapSummary], list[FirstDivergence]]:
+    """Per-tap summaries (worst over cases and steps) and first divergences, per backend x precision x golden."""
+    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
+    for r in results:
+        groups.setdefault((r.backend, r.precision, r.golden), []).append(r)
+    summaries: list[TapSummary] = []
+    divergences: list[FirstDivergence] = []
+    for group in groups.values():
+        for tap in tap_order:
+            at_tap = [r for r in group if r.tap == tap]
+            if at_tap:
+                summaries.append(summarize_tap(at_tap))
+        div = first_divergence(group, tap_order)
+        if div is not None:
+            divergences.append(div)
+    return summaries, divergences
+
+
+def axis_names(template: list[int | str], n_head: int | None = None) -> list[str]:
+    """Name each axis of a tap's shape template (`parity_reference.taps.tap_shape_template`).
+
+    "T" is "position" (the query position), a second "T" is "key_position"; `n_head` names "head";
+    a size-1 axis is "scale"; the vocabulary axis of a [T, V] tap is "token"; a wide last axis of a
+    [T, d_mlp] tap is "neuron"; any other axis is "dim" (d_model, d_head).
+    """
+    names: list[str] = []
+    for i, size in enumerate(template):
+        if size == "T":
+            names.append("key_position" if "position" in names else "position")
+        elif n_head is not None and size == n_head and i < len(template) - 1:
+            names.append("head")
+        elif size == 1:
+            names.append("scale")
+        else:
+            names.append("dim")
+    return names
+
+
+def name_index(
+    tap: str, template: list[int | str], index: list[int], tokens: tuple[int, ...], vocab: list[str],
+    n_head: int, d_mlp: int,
+) -> tuple[str, dict[str, int]]:
+    """A cell's index named by axis, with the words at its positions and its vocabulary token.
+
+    `("position 3 ('sleeps'), head 1, key position 0 ('.')", {"position": 3, "head": 1, "key_position": 0})`
+    """
+    names = axis_names(template, n_head)
+    if template and template[-1] == len(vocab) and (tap in ("logits", "probs") or tap.startswith("logit_lens.")):
+        names[-1] = "token"
+    elif tap.endswith(("mlp.hook_pre", "mlp.hook_post")) and template[-1] == d_mlp:
+        names[-1] = "neuron"
+    parts: list[str] = []
+    axes: dict[str, int] = {}
+    for name, i in zip(names, index, strict=False):
+        axes[name] = int(i)
+        label = name.replace("_", " ")
+        if name in ("position", "key_position") and 0 <= i < len(tokens):
+            parts.append(f"{label} {i} ({vocab[tokens[i]]!r})")
+        elif name == "token" and 0 <= i < len(vocab):
+            parts.append(f"{label} {i} ({vocab[i]!r})")
+        elif name == "scale":
+            continue
+        else:
+            parts.append(f"{label} {i}")
+    return ", ".join(parts), axes

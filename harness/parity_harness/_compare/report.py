@@ -1,0 +1,93 @@
+"""What a run produces, as plain data: each backend run and the Report the views render.
+
+A Report is built by the runner from live backends (`parity_harness._run.runner.run_parity`), from saved
+outputs (`parity_harness._run.dump.compare_dumps`) or from JSON reports (`parity_harness._run.merge.merge_reports`); the
+views (report, junit, markdown, plots) read it and never import the runner. The per-tensor and
+per-tap results it holds are `parity_harness._compare.judge`'s, the budget rows `parity_harness._compare.budget`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from parity_harness._compare.budget import BudgetRow
+from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary
+from parity_harness._core.precision import BackendOutput
+from parity_harness._core.status import RunStatus, Verdict
+
+if TYPE_CHECKING:
+    from parity_harness._compare.decoding import DecodingReport
+
+
+@dataclass
+class BackendRun:
+    backend: str
+    precision: str
+    seconds: float
+    status: RunStatus  # a backend that fails stops the run: BackendFailed, exit 2
+    message: str = ""
+
+
+@dataclass
+class Report:
+    fixture: str
+    results: list[CheckResult] = field(default_factory=list)
+    summaries: list[TapSummary] = field(default_factory=list)
+    divergences: list[FirstDivergence] = field(default_factory=list)
+    runs: list[BackendRun] = field(default_factory=list)
+    budget: list[BudgetRow] = field(default_factory=list)  # every result against the float64 truth
+    measure_budget: bool = field(default=True, repr=False)  # False: leave `budget` empty (nothing shows it)
+    skipped: list[str] = field(default_factory=list)  # registered backends not run: missing dependencies
+    tolerances: dict[str, Any] = field(default_factory=dict)  # Fixture.tolerance_summary(): in force, loose
+    # What each backend returned, by (backend, precision): {case: {tap: array}}. Not written to JSON.
+    outputs: dict[tuple[str, str], BackendOutput] = field(default_factory=dict, repr=False)
+    fixture_id: str = ""  # the fixture's content hash (parity_harness/_fixture/identity.py), "" when not computed
+    # The taps each (backend, precision) declared: what a dump of its output holds. Not written to JSON.
+    supported: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
+    # The decoding check (parity_harness/_run/decode_check.py); None when no decoding was attempted (dumps, merges).
+    decoding: DecodingReport | None = None
+
+    @property
+    def n_decoding_failed(self) -> int:
+        return self.decoding.n_failed if self.decoding is not None else 0
+
+    @property
+    def n_failed(self) -> int:
+        return sum(1 for r in self.results if r.passed is False)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(1 for r in self.results if r.passed is True)
+
+    @property
+    def passed(self) -> bool:
+        return self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
+
+    def __bool__(self) -> bool:
+        """A Report is truthy exactly when it passes (`passed`, `verdict` AGREE): false on a disagreement
+        and when nothing was compared, so `assert report` never passes on nothing."""
+        return self.passed
+
+    def taps_compared(self) -> dict[str, tuple[int, int]]:
+        """Per backend (in run order): how many taps were compared in any tier, of the fixture's taps."""
+        compared: dict[str, set[str]] = {}
+        every: dict[str, set[str]] = {}
+        for r in self.results:
+            every.setdefault(r.backend, set()).add(r.tap)
+            taps = compared.setdefault(r.backend, set())
+            if r.status != NOT_SUPPORTED:
+                taps.add(r.tap)
+        return {b: (len(compared[b]), len(every[b])) for b in compared}
+
+    @property
+    def loose(self) -> bool:
+        """True when the fixture's tolerances exceed their ceilings (--allow-loose-tolerances)."""
+        return bool(self.tolerances.get("loose"))
+
+    @property
+    def verdict(self) -> Verdict:
+        """AGREE, DISAGREE, or NOTHING_COMPARED (no check compared at all: never a silent pass)."""
+        if self.n_passed + self.n_failed == 0:
+            return Verdict.NOTHING_COMPARED
+        return Verdict.DISAGREE if self.n_failed or self.n_decoding_failed else Verdict.AGREE

@@ -1,0 +1,254 @@
+"""Incremental (key/value cache) decoding: the fixture's `decoding` section, its goldens, the requests.
+
+A fixture may carry decoding goldens (optional and additive: format version 1 is unchanged, and a
+fixture without them simply has no decoding check). The manifest then holds
+
+    "decoding": {"steps": N, "cache_layout": ["H", "T", "d_head"], "taps": [...],
+                 "prompts": [{"name", "tokens", "text", "generated", "generated_text"}],
+                 "platform": {...}}
+    "files": {..., "decoding": {"fp32": "golden.decode.fp32.safetensors",
+                                "fp64": "golden.decode.fp64.safetensors", "onnx": "model.decode.onnx"}}
+
+For every prompt: step 0 is the prefill (the prompt through the full forward), steps 1..N each
+feed one token, `generated[k - 1]`; `generated[k]` is the greedy (argmax) token of step k's logits,
+so `generated` holds N + 1 tokens and the first N are fed. The golden files hold, under
+`"{prompt}/step{k}/{tap}"`, the cache of every block after step k, keys and values
+`blocks.{i}.attn.cache_k|cache_v` [H, T, d_head] (T = len(prompt) + k positions), and the step's
+logits `logits` [V] (the newest position's). They are made by the **full forward** over the
+prompt and the fed tokens (parity_reference/model.py `run_with_taps`): position T - 1's logits, and
+`hook_k`/`hook_v` of positions 0..T-1 transposed to [H, T, d_head]. So a backend's incremental
+decoding is checked against the full forward, within each tier's tolerance.
+
+A backend's decoding output (`Backend.decode`) has the same keys without the prompt prefix:
+{prompt: {"step{k}/{tap}": array}}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from parity_harness._core.errors import FixtureError, ParityError
+from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
+
+if TYPE_CHECKING:
+    from parity_reference.config import GPTConfig
+
+    from parity_harness._fixture.fixture import Fixture
+
+GOLDEN_FILES: dict[Precision, str] = {
+    "fp32": "golden.decode.fp32.safetensors",
+    "fp64": "golden.decode.fp64.safetensors",
+}
+ONNX_FILE = "model.decode.onnx"
+CACHE_LAYOUT = ["H", "T", "d_head"]
+DEFAULT_STEPS = 6
+# The toy's decoding prompts: (name, words). The start marker "." comes first, as in training.
+DEFAULT_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("the_cat", ". the cat"),
+    ("a_small_bird", ". a small bird sees"),
+    ("full_sentence", ". the dog eats the fish ."),
+    ("single_token", "."),
+)
+
+DecodeOutput = dict[str, dict[str, np.ndarray]]  # {prompt: {"step{k}/{tap}": array}}
+
+
+def decode_tap_names(n_layer: int) -> list[str]:
+    """The taps of one decoding step, in dataflow order: each block's cache keys and values, then logits."""
+    names: list[str] = []
+    for i in range(n_layer):
+        names += [f"blocks.{i}.attn.cache_k", f"blocks.{i}.attn.cache_v"]
+    return [*names, "logits"]
+
+
+def step_key(step: int, tap: str) -> str:
+    return f"step{step}/{tap}"
+
+
+def decode_tap_shape(config: GPTConfig, tap: str, n_pos: int) -> tuple[int, ...]:
+    """[H, T, d_head] for a cache tap holding T positions, [V] for the logits."""
+    if tap == "logits":
+        return (config.vocab_size,)
+    return (config.n_head, n_pos, config.d_head)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str  # the prefix of its golden keys, "{name}/step{k}/{tap}"
+    tokens: tuple[int, ...]  # the prompt, 1 <= len, len + steps <= n_ctx
+    text: str = ""
+    generated: tuple[int, ...] = ()  # greedy token of each step 0..N (N + 1); the first N are fed
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What a backend decodes: prefill `prompt`, then `steps` steps feeding `feed` (None: its own greedy tokens)."""
+
+    name: str
+    prompt: tuple[int, ...]
+    steps: int
+    feed: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A fixture's decoding section."""
+
+    steps: int
+    prompts: tuple[Prompt, ...]
+    taps: tuple[str, ...]
+
+    def requests(self) -> list[DecodeRequest]:
+        """The fixture's prompts, each step fed the golden's greedy token (teacher forcing)."""
+        return [DecodeRequest(p.name, p.tokens, self.steps, p.generated[: self.steps]) for p in self.prompts]
+
+
+def requests_for(fixture: Fixture, requests: list[DecodeRequest] | None) -> list[DecodeRequest]:
+    """`requests`, or by default the fixture's prompts fed the golden tokens; FixtureError if it has none."""
+    if requests is not None:
+        return requests
+    decoding = fixture.decoding()
+    if decoding is None:
+        raise FixtureError(f"{fixture.manifest_path}: the fixture has no decoding section")
+    return decoding.requests()
+
+
+def parse_decoding(fixture: Fixture) -> Decoding | None:
+    """The manifest's `decoding` section, checked; None when the fixture has none."""
+    raw = fixture.manifest.get("decoding")
+    files = fixture.files.get("decoding")
+    if raw is None and files is None:
+        return None
+    where = f"{fixture.manifest_path}: decoding"
+
+    def fail(what: str) -> FixtureError:
+        return FixtureError(f"{where}: {what}")
+
+    if not isinstance(raw, dict) or not isinstance(files, dict):
+        raise fail("needs both the 'decoding' section and files.decoding, as objects")
+    for p in PRECISIONS:
+        if not isinstance(files.get(p), str):
+            raise fail(f"files.decoding.{p} must name the {p} golden file")
+    steps = raw.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise fail(f"steps must be a positive integer, got {steps!r}")
+    if raw.get("cache_layout") != CACHE_LAYOUT:
+        raise fail(f"cache_layout must be {CACHE_LAYOUT}, got {raw.get('cache_layout')!r}")
+    config = fixture.config
+    taps = decode_tap_names(config.n_layer)
+    if raw.get("taps", taps) != taps:
+        raise fail(f"taps must be {taps}")
+    prompts: list[Prompt] = []
+    raw_prompts = raw.get("prompts")
+    if not isinstance(raw_prompts, list) or not raw_prompts:
+        raise fail("prompts must be a non-empty list")
+    for i, entry in enumerate(raw_prompts):
+        if not isinstance(entry, dict):
+            raise fail(f"prompts[{i}] is not an object")
+        name, tokens, generated = entry.get("name"), entry.get("tokens"), entry.get("generated")
+        if not isinstance(name, str) or not name or "/" in name or name in {p.name for p in prompts}:
+            raise fail(f"prompts[{i}]: name {name!r} is empty, contains '/', or is repeated")
+        for what, seq, n in (("tokens", tokens, None), ("generated", generated, steps + 1)):
+            ok = isinstance(seq, list) and len(seq) >= 1 and all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < config.vocab_size for t in seq
+            )
+            if not ok or (n is not None and len(seq) != n):  # type: ignore[arg-type]
+                size = f"{n} " if n is not None else ""
+                raise fail(f"prompt {name!r}: {what} must be a list of {size}token ids in [0, {config.vocab_size})")
+        assert isinstance(tokens, list) and isinstance(generated, list)
+        if len(tokens) + steps > config.n_ctx:
+            raise fail(f"prompt {name!r}: {len(tokens)} tokens + {steps} steps exceed the context ({config.n_ctx})")
+        prompts.append(Prompt(name, tuple(tokens), str(entry.get("text", "")), tuple(generated)))
+    return Decoding(steps, tuple(prompts), tuple(taps))
+
+
+def reference_decode(
+    fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None, decode: Callable[..., Any]
+) -> DecodeOutput:
+    """Every request through `decode` (parity_reference.model.decode or a patched copy): {name: {"step{k}/{tap}":
+    array}}.
+
+    The `pytorch` backend's decoding, the decoding goldens, and the self-test's patched reference.
+    """
+    from parity_reference.run import torch_params
+
+    params = torch_params(fixture.weights(), precision)
+    out: DecodeOutput = {}
+    for req in requests_for(fixture, requests):
+        steps = decode(params, fixture.config, list(req.prompt), req.steps,
+                       list(req.feed) if req.feed is not None else None)
+        out[req.name] = steps_to_output(fixture.config.n_layer, [
+            (logits.numpy(), [(k.numpy(), v.numpy()) for k, v in cache]) for logits, cache in steps
+        ])
+    return out
+
+
+def golden_decoding(fixture: Fixture, precision: Precision) -> DecodeOutput:
+    """The decoding goldens of one tier {prompt: {"step{k}/{tap}": array}}: every key, shape, dtype checked, no NaN."""
+    from parity_harness._fixture.fixture import read_safetensors
+
+    decoding = fixture.decoding()
+    if decoding is None:
+        raise FixtureError(f"{fixture.manifest_path}: the fixture has no decoding goldens")
+    path = fixture.root / fixture.files["decoding"][precision]
+    tensors = read_safetensors(path)
+    dtype = DTYPES[precision]
+    out: DecodeOutput = {}
+    expected_keys: set[str] = set()
+    for prompt in decoding.prompts:
+        out[prompt.name] = {}
+        for k in range(decoding.steps + 1):
+            for tap in decoding.taps:
+                key = f"{prompt.name}/{step_key(k, tap)}"
+                expected_keys.add(key)
+                t = tensors.get(key)
+                if t is None:
+                    raise FixtureError(f"{path}: missing decoding golden tensor {key!r}")
+                shape = decode_tap_shape(fixture.config, tap, len(prompt.tokens) + k)
+                if t.dtype != dtype or t.shape != shape:
+                    raise FixtureError(f"{path}: decoding golden tensor {key!r} is {t.dtype} {list(t.shape)}, "
+                                       f"expected {np.dtype(dtype)} {list(shape)}")
+                if np.isnan(t).any():
+                    raise FixtureError(f"{path}: decoding golden tensor {key!r} holds NaN (a broken fixture)")
+                out[prompt.name][step_key(k, tap)] = t
+    extra = sorted(set(tensors) - expected_keys)
+    if extra:
+        raise FixtureError(f"{path}: unexpected decoding golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+    return out
+
+
+def steps_to_output(n_layer: int, steps: Sequence[tuple[Any, Sequence[tuple[Any, Any]]]]) -> dict[str, np.ndarray]:
+    """[(logits (V,), cache [(keys, values) (H, T, dh) per block])] per step -> {"step{k}/{tap}": array}."""
+    out: dict[str, np.ndarray] = {}
+    for k, (logits, cache) in enumerate(steps):
+        for i in range(n_layer):
+            keys, values = cache[i]
+            out[step_key(k, f"blocks.{i}.attn.cache_k")] = np.ascontiguousarray(np.asarray(keys))
+            out[step_key(k, f"blocks.{i}.attn.cache_v")] = np.ascontiguousarray(np.asarray(values))
+        out[step_key(k, "logits")] = np.asarray(logits)
+    return out
+
+
+def top2_margin(logits: np.ndarray) -> float:
+    """Top-1 minus top-2 logit: how far the greedy choice is from a tie."""
+    top = np.sort(np.asarray(logits, dtype=np.float64))[::-1]
+    return float(top[0] - top[1]) if top.size > 1 else float("inf")
+
+
+def encode_words(text: str, vocab: Sequence[str]) -> tuple[int, ...]:
+    """Words separated by spaces -> token ids, with the start marker (vocab[0], '.') put first when absent.
+
+    ParityError naming the first unknown word.
+    """
+    words = text.split()
+    if not words:
+        raise ParityError("the prompt is empty: give at least one word")
+    unknown = [w for w in words if w not in vocab]
+    if unknown:
+        raise ParityError(f"unknown word {unknown[0]!r} in the prompt (the vocabulary: {' '.join(vocab)})")
+    ids = tuple(vocab.index(w) for w in words)
+    return ids if ids[0] == 0 else (0, *ids)

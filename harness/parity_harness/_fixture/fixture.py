@@ -1,0 +1,601 @@
+"""Load and validate a fixture directory (manifest.json + safetensors), without torch.
+
+Everything a backend or the comparison reads goes through here, so every check happens once:
+strict JSON (parity_harness/_core/strict_json.py), the schema (parity_harness/_fixture/schema.py), then what the schema
+cannot
+say (taps match the config, token ids below vocab_size, tolerance ceilings, parity_harness/_fixture/tolerances.py),
+the seal (`manifest_sha256`, the manifest's own hash, so a changed tolerance is a changed fixture),
+file names, sha256 hashes, tensor names, shapes, dtypes and finiteness. Every problem raises
+`FixtureError` with one line naming the file and what is wrong.
+
+Backends never get the harness's own objects: `Fixture.for_backend()` is a private copy, and every
+array (weights, golden) is read-only, backed by immutable bytes, so no backend can change what
+the comparison reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from parity_reference.config import GPTConfig, param_shapes
+from parity_reference.taps import tap_names as expected_tap_names
+from parity_reference.taps import tap_shape_template
+
+from parity_harness._core.errors import FixtureError
+from parity_harness._core.input_files import MAX_MANIFEST_BYTES
+from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
+from parity_harness._core.strict_json import load_json_object
+from parity_harness._fixture.schema import SEAL_KEY, manifest_digest, validate_manifest
+from parity_harness._fixture.tolerances import default_problems, override_problems, tap_magnitude, tap_range
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.decoding import Decoding
+
+FORMAT_NAME = "parity-fixture"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # unique; the prefix of the case's keys in golden files ("{name}/{tap}")
+    tokens: tuple[int, ...]  # token ids, 1 <= len <= n_ctx
+    kind: str = ""  # why it is there: "grammar", "random", "single", "longest", ...
+    text: str = ""  # the words, for people
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class TierTolerances:
+    default: Tolerance
+    overrides: dict[str, Tolerance] = field(default_factory=dict)
+
+    def for_tap(self, tap: str) -> Tolerance:
+        return self.overrides.get(tap, self.default)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:  # in chunks: a GPT-2-sized file is hundreds of MB
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only copy backed by immutable bytes: `flags.writeable = True` cannot undo it."""
+    data = np.ascontiguousarray(array)
+    return np.frombuffer(data.tobytes(), dtype=data.dtype).reshape(data.shape)
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file as numpy arrays; FixtureError if the file is unreadable."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        # pread, not mmap: a mapped file's touched pages count in the process's RSS until it is closed.
+        return dict(load_file(str(path), backend="pread"))
+    except FileNotFoundError:
+        raise FixtureError(f"{path}: file not found") from None
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
+        raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+class Fixture:
+    """A validated fixture. Weights and golden tensors are read (and checked) on first use."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], allow_loose_tolerances: bool = False) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.manifest_path = root / MANIFEST
+        self.allow_loose_tolerances = allow_loose_tolerances
+        problem = validate_manifest(manifest)
+        if problem is not None:
+            raise self._fail(problem)
+        self.config = self._parse_config()
+        self.vocab: list[str] = self._parse_vocab()
+        self.cases: list[Case] = self._parse_cases()
+        self.tap_names: list[str] = self._parse_taps()
+        # Taps whose golden keeps only the last positions ("rows", docs/fixture-format.md).
+        self.tap_rows: dict[str, int] = {t["name"]: t["rows"] for t in manifest["taps"] if "rows" in t}
+        self.loose: list[str] = []  # tolerances beyond their ceiling (only with allow_loose_tolerances)
+        self.tolerances: dict[Precision, TierTolerances] = {p: self._parse_tolerances(p) for p in PRECISIONS}
+        self.files: dict[str, Any] = self._require(manifest, "files", dict)
+        self.seal: str = self._check_seal()
+        self._check_hashes()
+        self._weights: dict[str, np.ndarray] | None = None
+        self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
+        self._validated: set[Precision] = set()  # golden files checked by `validate_golden`
+
+    # -- manifest parsing -------------------------------------------------------------------
+    def _fail(self, what: str) -> FixtureError:
+        return FixtureError(f"{self.manifest_path}: {what}")
+
+    def _require(self, obj: dict[str, Any], key: str, kind: type, where: str = "") -> Any:
+        if key not in obj:
+            raise self._fail(f"missing key {where}{key!r}")
+        value = obj[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self._fail(f"{where}{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    def _parse_config(self) -> GPTConfig:
+        raw = self._require(self.manifest, "config", dict)
+        try:
+            return GPTConfig.from_dict(raw)
+        except (TypeError, ValueError) as exc:
+            raise self._fail(f"bad config: {exc}") from None
+
+    def _parse_vocab(self) -> list[str]:
+        vocab = self._require(self.manifest, "vocab", list)
+        if len(vocab) != self.config.vocab_size or not all(isinstance(w, str) for w in vocab):
+            raise self._fail(f"vocab must be {self.config.vocab_size} strings, got {len(vocab)} entries")
+        return list(vocab)
+
+    def _parse_cases(self) -> list[Case]:
+        raw_cases = self._require(self.manifest, "cases", list)
+        if not raw_cases:
+            raise self._fail("no cases")
+        cases: list[Case] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(raw_cases):
+            if not isinstance(raw, dict):
+                raise self._fail(f"case #{i} is not an object")
+            name = self._require(raw, "name", str, f"cases[{i}].")
+            if not name or "/" in name or name in seen:
+                raise self._fail(f"case #{i}: name {name!r} is empty, contains '/', or is repeated")
+            seen.add(name)
+            tokens = self._require(raw, "tokens", list, f"case {name!r}: ")
+            if not tokens:
+                raise self._fail(f"case {name!r}: empty token sequence")
+            if len(tokens) > self.config.n_ctx:
+                raise self._fail(
+                    f"case {name!r}: {len(tokens)} tokens, longer than the context ({self.config.n_ctx})"
+                )
+            for t in tokens:
+                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.config.vocab_size:
+                    raise self._fail(
+                        f"case {name!r}: token id {t!r} out of range [0, {self.config.vocab_size})"
+                    )
+            cases.append(Case(name, tuple(tokens), str(raw.get("kind", "")), str(raw.get("text", ""))))
+        return cases
+
+    def _parse_taps(self) -> list[str]:
+        raw_taps = self._require(self.manifest, "taps", list)
+        names = [t.get("name") if isinstance(t, dict) else None for t in raw_taps]
+        expected = expected_tap_names(self.config.n_layer)
+        if names != expected:
+            missing = [t for t in expected if t not in names]
+            extra = [t for t in names if t not in expected]
+            detail = f"missing {missing}" if missing else f"unknown {extra}" if extra else "wrong order"
+            raise self._fail(f"taps do not match the model's tap list ({detail})")
+        for t in raw_taps:
+            if t.get("shape") != tap_shape_template(self.config, t["name"]):
+                raise self._fail(f"tap {t['name']!r}: shape {t.get('shape')} does not match the config")
+        return expected
+
+    def _parse_tolerances(self, precision: Precision) -> TierTolerances:
+        """Finite, non-negative (the schema, strict JSON), and within the tier's ceiling."""
+        tiers = self._require(self.manifest, "tolerances", dict)
+        tier = self._require(tiers, precision, dict, "tolerances.")
+
+        def tol(obj: dict[str, Any], where: str) -> Tolerance:
+            atol = self._require(obj, "atol", float, where)
+            rtol = self._require(obj, "rtol", float, where)
+            if not (0 <= atol < float("inf") and 0 <= rtol < float("inf")):
+                raise self._fail(f"{where}: negative or non-finite tolerance")
+            return Tolerance(atol, rtol)
+
+        overrides = tier.get("overrides", {})
+        if not isinstance(overrides, dict):
+            raise self._fail(f"tolerances.{precision}.overrides must be an object")
+        for tap in overrides:
+            if tap not in self.tap_names:
+                raise self._fail(f"tolerances.{precision}.overrides: unknown tap {tap!r}")
+        default = tol(tier, f"tolerances.{precision}.")
+        self._loose(default_problems(precision, default.atol, default.rtol))
+        return TierTolerances(
+            default, {tap: tol(v, f"tolerances.{precision}.overrides.{tap}.") for tap, v in overrides.items()}
+        )
+
+    def _loose(self, problems: list[str]) -> None:
+        """Tolerances beyond their ceiling: refused, or recorded when loose tolerances are allowed."""
+        if problems and not self.allow_loose_tolerances:
+            raise self._fail(f"{problems[0]}; a tolerance that loose lets wrong numbers pass "
+                             "(see docs/tolerances.md; --allow-loose-tolerances runs anyway and flags every report)")
+        self.loose += problems
+
+    def _check_overrides(self, precision: Precision, golden: dict[str, dict[str, np.ndarray]]) -> None:
+        """Each per-tap override against its ceiling (`_check_override_ceilings`), from goldens in memory."""
+        if self.tolerances[precision].overrides:
+            self._check_override_ceilings(precision, {
+                tap: tap_magnitude(golden[c.name][tap] for c in self.cases) for tap in self.tap_names})
+
+    def _check_override_ceilings(self, precision: Precision, magnitude: dict[str, float]) -> None:
+        """Each per-tap override against the ceiling scaled by the largest golden magnitude up to that tap.
+
+        `magnitude[tap]`: the largest finite |golden| of that tap over every case. Up to: of that tap
+        and of every tap before it in dataflow order. Round-off carried from upstream scales with what
+        the computation has carried: a softmax after scores of 1e4 is as far off as those scores'
+        round-off (docs/tolerances.md). A bounded tap (probabilities, `tap_range`) counts it only up to
+        a multiple of its own range, so no override can make uniform probabilities pass.
+        """
+        overrides = self.tolerances[precision].overrides
+        carried = 0.0
+        for tap in self.tap_names:
+            carried = max(carried, magnitude.get(tap, 0.0))
+            if tap in overrides:
+                tol = overrides[tap]
+                self._loose(override_problems(precision, tap, tol.atol, tol.rtol, carried,
+                                              tap_range(self.config, tap)))
+
+    def _check_seal(self) -> str:
+        """The manifest's own hash: any edit (a tolerance, a hash, a case) needs a deliberate re-seal."""
+        actual = manifest_digest(self.manifest)
+        if self.manifest[SEAL_KEY] != actual:
+            raise self._fail(
+                f"manifest_sha256 mismatch (manifest says {str(self.manifest[SEAL_KEY])[:12]}..., content is "
+                f"{actual[:12]}...): the manifest was edited after it was sealed; review the change, then "
+                "re-seal with `parity seal --fixture DIR`"
+            )
+        return actual
+
+    def _check_hashes(self) -> None:
+        hashes = self._require(self.manifest, "sha256", dict)
+        for name in self._file_names():
+            self._safe_path(name)  # a name pointing outside the fixture is refused before anything else
+            if name not in hashes:
+                raise self._fail(f"no sha256 for {name!r}")
+        for name, digest in hashes.items():
+            path = fixture_file(self.root, name, self.manifest_path)  # a regular file inside the directory
+            actual = sha256_file(path)
+            if actual != digest:
+                raise FixtureError(
+                    f"{path}: sha256 mismatch (manifest {str(digest)[:12]}..., file {actual[:12]}...); "
+                    "the file changed since the manifest was written"
+                )
+
+    def _file_names(self) -> list[str]:
+        names = [self._require(self.files, "weights", str, "files.")]
+        golden = self._require(self.files, "golden", dict, "files.")
+        names += [self._require(golden, p, str, "files.golden.") for p in PRECISIONS]
+        onnx = self.files.get("onnx", {})
+        names += [v for v in onnx.values() if isinstance(v, str)] if isinstance(onnx, dict) else []
+        decoding = self.files.get("decoding", {})  # optional (parity_harness/_fixture/decoding.py)
+        names += [v for v in decoding.values() if isinstance(v, str)] if isinstance(decoding, dict) else []
+        return names
+
+    def _safe_path(self, name: str) -> Path:
+        return safe_name(self.root, name, self.manifest_path)
+
+    # -- public API -------------------------------------------------------------------------
+    @property
+    def weights_path(self) -> Path:
+        return self._safe_path(self.files["weights"])
+
+    def golden_path(self, precision: Precision) -> Path:
+        return self._safe_path(self.files["golden"][precision])
+
+    def onnx_path(self, kind: str) -> Path | None:
+        """The ONNX file of `kind` ("all_taps" or "logits") if the fixture lists one."""
+        onnx = self.files.get("onnx", {})
+        name = onnx.get(kind) if isinstance(onnx, dict) else None
+        return self._safe_path(name) if name else None
+
+    def parameter_count(self) -> int:
+        """How many parameters the fixture's model has (from its config; no file is read)."""
+        return sum(math.prod(shape) for shape in param_shapes(self.config).values())
+
+    def decoding(self) -> Decoding | None:
+        """The optional decoding section (prompts, steps; _fixture/decoding.py), checked; None if absent."""
+        if not hasattr(self, "_decoding"):
+            from parity_harness._fixture.decoding import parse_decoding
+
+            self._decoding = parse_decoding(self)
+        return self._decoding
+
+    def case(self, name: str) -> Case:
+        for c in self.cases:
+            if c.name == name:
+                return c
+        raise FixtureError(f"{self.manifest_path}: no case named {name!r}")
+
+    def tap_shape(self, tap: str, case: Case) -> tuple[int, ...]:
+        from parity_reference.taps import tap_shape
+
+        return tap_shape(self.config, tap, len(case.tokens))
+
+    def golden_shape(self, tap: str, case: Case) -> tuple[int, ...]:
+        """The shape the golden holds: `tap_shape`, cut to the last `rows` positions when the tap has rows."""
+        shape = self.tap_shape(tap, case)
+        rows = self.tap_rows.get(tap)
+        if rows is None:
+            return shape
+        axis = row_axis(self.manifest_tap_template(tap))
+        return tuple(min(rows, s) if i == axis else s for i, s in enumerate(shape))
+
+    def manifest_tap_template(self, tap: str) -> list[int | str]:
+        return tap_shape_template(self.config, tap)
+
+    def select_rows(self, tap: str, case: Case, array: np.ndarray) -> np.ndarray:
+        """A backend's full-length result of a tap with rows, cut as the golden is; anything else unchanged."""
+        rows = self.tap_rows.get(tap)
+        if rows is None or not isinstance(array, np.ndarray) or array.shape != self.tap_shape(tap, case):
+            return array
+        axis = row_axis(self.manifest_tap_template(tap))
+        index = [slice(None)] * array.ndim
+        index[axis] = slice(-rows, None)
+        return array[tuple(index)]
+
+    def lens_rows(self) -> int | None:
+        """The rows kept of `probs` and every `logit_lens.k` when they all agree (else None: compute all)."""
+        lens = ["probs", *(t for t in self.tap_names if t.startswith("logit_lens."))]
+        rows = {self.tap_rows.get(t) for t in lens}
+        return rows.pop() if len(rows) == 1 else None
+
+    def _golden_tensor(self, path: Path, f: Any, precision: Precision, case: Case, tap: str) -> np.ndarray:
+        """One golden tensor read from an open safetensors file, checked: shape, dtype, no NaN."""
+        key = f"{case.name}/{tap}"
+        try:
+            t = f.get_tensor(key)
+        except Exception:  # safetensors raises its own error type for a missing key
+            raise FixtureError(f"{path}: missing golden tensor {key!r}") from None
+        shape = self.golden_shape(tap, case)
+        if t.dtype != DTYPES[precision]:
+            raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(DTYPES[precision])}")
+        if t.shape != shape:
+            raise FixtureError(f"{path}: golden tensor {key!r} has shape {list(t.shape)}, expected {list(shape)}")
+        if np.isnan(t).any():
+            raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
+        return t  # type: ignore[no-any-return]
+
+    def _open_golden(self, precision: Precision) -> tuple[Path, Any]:
+        from safetensors import SafetensorError, safe_open
+
+        path = self.golden_path(precision)
+        try:
+            return path, safe_open(str(path), framework="numpy", backend="pread")
+        except FileNotFoundError:
+            raise FixtureError(f"{path}: file not found") from None
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:
+            raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
+
+    def preload_golden(self, precision: Precision) -> None:
+        """Before any backend runs: read and check a tier's golden file, keeping it in memory when it is
+        at most LAZY_GOLDEN_BYTES (the toy), else checking it tensor by tensor and reading each case
+        again when it is compared (a GPT-2-sized fixture: memory bounded by one case)."""
+        if self.golden_path(precision).stat().st_size <= LAZY_GOLDEN_BYTES:
+            self.golden(precision)
+        else:
+            self.validate_golden(precision)
+
+    def validate_golden(self, precision: Precision) -> None:
+        """Check a golden file as `golden` does, one tensor at a time (nothing is kept): keys, shapes,
+        dtypes, no NaN, and the per-tap overrides against their ceilings. Done once per tier."""
+        if precision in self._validated or precision in self._golden:
+            return
+        path, f = self._open_golden(precision)
+        keys = set(f.keys())
+        expected = {f"{c.name}/{t}" for c in self.cases for t in self.tap_names}
+        extra = sorted(keys - expected)
+        if extra:
+            raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+        magnitude: dict[str, float] = {}
+        for case in self.cases:
+            for tap in self.tap_names:
+                t = self._golden_tensor(path, f, precision, case, tap)
+                magnitude[tap] = max(magnitude.get(tap, 0.0), tap_magnitude([t]))
+        if self.tolerances[precision].overrides:
+            self._check_override_ceilings(precision, magnitude)
+        self._validated.add(precision)
+
+    def golden_case(self, precision: Precision, case: str) -> dict[str, np.ndarray]:
+        """One case's golden taps {tap: read-only array}, read lazily from the file (nothing cached)."""
+        if precision in self._golden:
+            return dict(self._golden[precision][case])
+        self.validate_golden(precision)
+        path, f = self._open_golden(precision)
+        c = self.case(case)
+        return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The float32 parameters under Hugging Face names, checked against the config."""
+        if self._weights is None:
+            path = self.weights_path
+            tensors = read_safetensors(path)
+            expected = param_shapes(self.config)
+            for name, shape in expected.items():
+                if name not in tensors:
+                    raise FixtureError(f"{path}: missing tensor {name!r} (expected shape {list(shape)})")
+                t = tensors[name]
+                if t.dtype != np.float32:
+                    raise FixtureError(f"{path}: tensor {name!r} is {t.dtype}, expected float32")
+                if t.shape != shape:
+                    raise FixtureError(f"{path}: tensor {name!r} has shape {list(t.shape)}, expected {list(shape)}")
+                if not np.isfinite(t).all():
+                    raise FixtureError(f"{path}: tensor {name!r} has non-finite values (NaN or Inf)")
+            extra = sorted(set(tensors) - set(expected))
+            if extra:
+                raise FixtureError(f"{path}: unexpected tensor(s) {', '.join(map(repr, extra))}")
+            # One tensor at a time (pop), so the file's arrays and their frozen copies are never all alive.
+            self._weights = {name: frozen(tensors.pop(name)) for name in expected}
+        return dict(self._weights)  # a fresh dict of read-only arrays: nobody can change the harness's
+
+    def release_weights(self) -> None:
+        """Forget the weights read by `weights()` when the file is large (each backend reads its own copy
+        then, and frees it when it is done): the harness itself holds no GPT-2-sized arrays while backends run."""
+        if self.weights_path.stat().st_size > LAZY_GOLDEN_BYTES:
+            self._weights = None
+
+    def check_before_running(self) -> None:
+        """Before any backend runs (`parity run`, `parity compare`, the API): both golden files and the weights
+        validated, so a broken fixture costs no backend time; a GPT-2-sized copy of the weights is not kept."""
+        for precision in PRECISIONS:
+            self.preload_golden(precision)
+        self.weights()
+        self.release_weights()
+
+    def golden(self, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
+        """The reference taps {case: {tap: array}} of one tier, checked: every key, shape, dtype, no NaN."""
+        if precision not in self._golden:
+            path = self.golden_path(precision)
+            tensors = read_safetensors(path)
+            dtype = DTYPES[precision]
+            out: dict[str, dict[str, np.ndarray]] = {}
+            for case in self.cases:
+                out[case.name] = {}
+                for tap in self.tap_names:
+                    key = f"{case.name}/{tap}"
+                    if key not in tensors:
+                        raise FixtureError(f"{path}: missing golden tensor {key!r}")
+                    t = tensors[key]
+                    shape = self.golden_shape(tap, case)
+                    if t.dtype != dtype:
+                        raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(dtype)}")
+                    if t.shape != shape:
+                        raise FixtureError(
+                            f"{path}: golden tensor {key!r} has shape {list(t.shape)}, expected {list(shape)}"
+                        )
+                    if np.isnan(t).any():
+                        raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
+                    out[case.name][tap] = frozen(t)
+            extra = sorted(set(tensors) - {f"{c.name}/{t}" for c in self.cases for t in self.tap_names})
+            if extra:
+                raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+            self._check_overrides(precision, out)
+            self._golden[precision] = out
+        return {case: dict(taps) for case, taps in self._golden[precision].items()}
+
+    def for_backend(self) -> Fixture:
+        """A private copy for a backend: its own manifest, cases, taps, tolerances; the same read-only arrays."""
+        clone = copy.copy(self)
+        for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tap_rows", "tolerances", "loose"):
+            setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
+        clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
+        clone._weights = dict(self._weights) if self._weights is not None else None
+        return clone
+
+    def tolerance_summary(self) -> dict[str, Any]:
+        """The tolerances in force, for reports: per tier atol, rtol, overrides and, when the fixture has
+        any, `rows` ({tap: N}: only the last N positions of the tap are compared, in both tiers); the
+        loose ones listed. Reports print it and `parity merge` refuses shards whose summaries differ."""
+        rows = {"rows": dict(self.tap_rows)} if self.tap_rows else {}
+        return {
+            "tiers": {p: {"atol": t.default.atol, "rtol": t.default.rtol,
+                          "overrides": {tap: {"atol": o.atol, "rtol": o.rtol} for tap, o in t.overrides.items()},
+                          **copy.deepcopy(rows)}
+                      for p, t in self.tolerances.items()},
+            "loose": list(self.loose),
+            "manifest_sha256": self.seal,
+        }
+
+
+def row_axis(template: list[int | str]) -> int:
+    """The axis "rows" cuts: the tap's first "T" (its query position for attention taps)."""
+    return template.index("T")
+
+
+def load_fixture(root: str | Path, allow_loose_tolerances: bool = False) -> Fixture:
+    """Read and validate a fixture directory; FixtureError (exit 2) on any problem.
+
+    Tolerances beyond their ceiling (parity_harness/_fixture/tolerances.py) are refused unless
+    `allow_loose_tolerances`, which records them in `Fixture.loose` for every report to show.
+    """
+    root = Path(root)
+    manifest_path = root / MANIFEST
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise FixtureError(f"{root}: fixture directory not found") from None
+    except OSError as exc:
+        raise FixtureError(f"{root}: cannot read the fixture directory ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise FixtureError(f"{root}: not a fixture directory (not a directory)")
+    manifest = read_manifest(manifest_path)
+    return fixture_from_manifest(root, manifest, allow_loose_tolerances)
+
+
+def fixture_from_manifest(root: Path, manifest: dict[str, Any], allow_loose_tolerances: bool = False) -> Fixture:
+    """Validate a manifest (already read, or about to be written by `parity seal`) as the fixture at `root`."""
+    manifest_path = root / MANIFEST
+    if manifest.get("format") != FORMAT_NAME:
+        raise FixtureError(f"{manifest_path}: not a parity fixture (format is {_json(manifest.get('format'))})")
+    version = manifest.get("format_version")
+    if type(version) is not int or version != FORMAT_VERSION:  # not true, not 1.0
+        raise FixtureError(
+            f"{manifest_path}: unknown fixture format version {_json(version)} "
+            f"(this parity reads version {FORMAT_VERSION}, an integer); regenerate it with `parity export` "
+            "or upgrade parity"
+        )
+    return Fixture(root, manifest, allow_loose_tolerances)
+
+
+def _json(value: object) -> str:
+    import json
+
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """manifest.json as strict JSON (no NaN, Infinity or repeated keys), a JSON object; FixtureError if not."""
+    return load_json_object(path, "manifest", MAX_MANIFEST_BYTES)
+
+
+def safe_name(root: Path, name: object, manifest_path: Path) -> Path:
+    """`root / name` for a file name from a manifest: a plain name (no `/`, `\\`, `..`, NUL, not absolute).
+
+    Checked before any file is opened (`parity seal --rehash-files` too); FixtureError naming the manifest.
+    """
+    if (not isinstance(name, str) or not name or name in (".", "..") or any(c in name for c in "/\\\0")
+            or Path(name).is_absolute() or len(name.encode("utf-8", "surrogateescape")) > 255):
+        raise FixtureError(f"{manifest_path}: file name {name!r} must be a plain name inside the fixture directory")
+    return root / name
+
+
+def fixture_file(root: Path, name: object, manifest_path: Path) -> Path:
+    """A data file the manifest lists: a plain name (`safe_name`) whose file, symlinks followed, is a
+    regular file inside the fixture directory; FixtureError (one line) before anything is read otherwise."""
+    path = safe_name(root, name, manifest_path)
+    try:
+        inside = path.resolve().parent == root.resolve()
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FixtureError(f"{path}: file not found (listed in the manifest)") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise FixtureError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    if not inside:
+        raise FixtureError(f"{path}: a symlink to a file outside the fixture directory (listed in the manifest)")
+    if not stat.S_ISREG(st.st_mode):
+        raise FixtureError(f"{path}: not a regular file (listed in the manifest)")
+    return path
+
+
+def default_fixture_dir() -> Path:
+    """The toy fixture of the checkout parity runs from, else the copy installed with it."""
+    from parity_harness._core.resources import toy_fixture_dir
+
+    return toy_fixture_dir()
+
+
+def too_big(fixture: Fixture, limit: int, why: str) -> str | None:
+    """A backend's `declines` reason when the fixture's model has more than `limit` parameters, else None."""
+    n = fixture.parameter_count()
+    return f"declined above {limit:,} parameters (this model has {n:,}): {why}" if n > limit else None

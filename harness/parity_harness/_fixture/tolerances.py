@@ -1,0 +1,125 @@
+"""The tolerance ceilings: how loose a fixture's tolerances may be before parity refuses them.
+
+A tolerance is part of the fixture (manifest.json, under its seal), so a fixture is also what
+decides how much disagreement passes. `atol 1e9` passes anything; so the manifest's tolerances are
+bounded here, per golden tier, and a fixture beyond a ceiling is refused (exit 2) unless the user
+passes `--allow-loose-tolerances`, in which case every report says the run was loose. The numbers
+and their reasons are in docs/tolerances.md ("Ceilings").
+
+- A tier's default `atol` and `rtol` must be at most the tier's ceiling.
+- A per-tap override's `rtol` must be at most the tier's rtol ceiling; its `atol` at most the
+  tier's atol ceiling times M, the largest golden magnitude up to that tap (max |golden| over
+  cases and finite cells, of that tap and every tap before it in dataflow order) when M > 1: an
+  override exists to scale a tolerance with the magnitude (`c * eps * M`), round-off is carried
+  downstream, and the bugs a tier must catch grow with the magnitude too.
+- A bounded tap (`tap_range`: its values lie in a range known from the model alone, such as a
+  softmax's [0, 1]) counts M only up to BOUNDED_SPAN times the width of its own range: whatever
+  was carried from upstream, an atol comparable to the range would pass any numbers in the range
+  (uniform probabilities among them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from parity_reference.config import GPTConfig
+
+from parity_harness._core.precision import Precision
+
+# The defaults `parity export` writes (docs/tolerances.md: the measured budget behind each).
+FP32_ATOL = 1e-5  # the lesson's gate
+FP32_RTOL = 1e-5  # float32 round-off grows with the magnitude (4 ulp at 27.6 measured)
+FP64_ATOL = 1e-12  # measured float64 round-off budget
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    atol: float
+    rtol: float
+
+
+CEILINGS: dict[Precision, Ceiling] = {
+    # 100x the toy's gate (1e-5), and below the smallest bug the fp32 tier exists to catch
+    # (LayerNorm eps 1e-6: 1.5e-3; tanh GELU 5e-4 is caught by the fp64 tier as well).
+    "fp32": Ceiling(atol=1e-3, rtol=1e-3),
+    # 10,000x the toy's gate (1e-12), and below the smallest bug the fp64 tier exists to catch
+    # (float32 positions: 3e-8; the erf polynomial: 1.5e-7).
+    "fp64": Ceiling(atol=1e-8, rtol=1e-8),
+}
+
+
+# A bounded tap's carried magnitude counts up to this many widths of its range: the fp32 override
+# ceiling of a probability is then 0.1 (1e-3 x 100), 3x the largest difference measured on the stress
+# fixture (0.031) and 8x below the distance of uniform probabilities from the goldens (>= 0.86);
+# docs/tolerances.md, "Bounded taps".
+BOUNDED_SPAN = 100.0
+
+
+def tap_range(config: GPTConfig, tap: str) -> tuple[float, float] | None:
+    """The range a tap's values lie in whatever the weights and tokens, or None when it is unbounded.
+
+    Derived from the tap's name (parity_reference/taps.py), the one place that says which taps are bounded:
+    a softmax output (`attn.hook_pattern`, `probs`, `logit_lens.k`) is a probability, in [0, 1]; a
+    LayerNorm's `hook_normalized` (centered, divided by the biased standard deviation, before the
+    gain) has mean 0 and mean square below 1 over d_model values, so each value is within
+    sqrt(d_model - 1) of 0.
+    """
+    if tap.endswith("attn.hook_pattern") or tap == "probs" or tap.startswith("logit_lens."):
+        return (0.0, 1.0)
+    if tap.endswith("hook_normalized"):
+        bound = math.sqrt(max(config.d_model - 1, 0))
+        return (-bound, bound)
+    return None
+
+
+def default_problems(precision: Precision, atol: float, rtol: float) -> list[str]:
+    """Why a tier's default tolerance is beyond its ceiling (empty when it is within)."""
+    c = CEILINGS[precision]
+    out = []
+    if atol > c.atol:
+        out.append(f"tolerances.{precision}.atol {atol:g} is above the ceiling {c.atol:g}")
+    if rtol > c.rtol:
+        out.append(f"tolerances.{precision}.rtol {rtol:g} is above the ceiling {c.rtol:g}")
+    return out
+
+
+def override_atol_ceiling(precision: Precision, magnitude: float, bounds: tuple[float, float] | None) -> float:
+    """The largest atol an override may have: the tier's atol ceiling x max(1, M), M counted up to
+    BOUNDED_SPAN x the width of the tap's range when the tap is bounded (`tap_range`)."""
+    carried = max(1.0, magnitude)
+    if bounds is not None:
+        carried = min(carried, max(1.0, BOUNDED_SPAN * (bounds[1] - bounds[0])))
+    return CEILINGS[precision].atol * carried
+
+
+def override_problems(
+    precision: Precision, tap: str, atol: float, rtol: float, magnitude: float,
+    bounds: tuple[float, float] | None = None,
+) -> list[str]:
+    """Why a per-tap override is beyond its ceiling, given the largest golden magnitude up to that tap
+    and, for a bounded tap, the range its values lie in (`tap_range`)."""
+    c = CEILINGS[precision]
+    limit = override_atol_ceiling(precision, magnitude, bounds)
+    out = []
+    where = f"tolerances.{precision}.overrides[{tap!r}]"
+    if atol > limit:
+        why = f"{c.atol:g} x max(1, largest golden magnitude up to this tap {magnitude:.3g})"
+        if bounds is not None and limit < c.atol * max(1.0, magnitude):
+            why = (f"a tap in the range [{bounds[0]:.3g}, {bounds[1]:.3g}]: {c.atol:g} x {BOUNDED_SPAN:g} x its width, "
+                   f"not x the magnitude {magnitude:.3g} carried from upstream")
+        out.append(f"{where}.atol {atol:g} is above the ceiling {limit:.3g} ({why})")
+    if rtol > c.rtol:
+        out.append(f"{where}.rtol {rtol:g} is above the ceiling {c.rtol:g}")
+    return out
+
+
+def tap_magnitude(tensors: Iterable[np.ndarray]) -> float:
+    """M: the largest |value| over the finite cells of a tap's tensors (0.0 when there are none)."""
+    magnitude = 0.0
+    for g in tensors:
+        finite = g[np.isfinite(g)]
+        magnitude = max(magnitude, float(np.abs(finite).max()) if finite.size else 0.0)
+    return magnitude

@@ -1,0 +1,185 @@
+"""Run backends on a fixture and compare every tap in every tier they compute in.
+
+Tiers: a backend's float32 results are compared with the float32 golden at the fp32 tolerance;
+its float64 results with the float64 golden at the fp64 tolerance and, at the fp32 tolerance,
+with the float32 golden too (the golden is upcast to float64 for that comparison).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from parity_reference.taps import tap_shape_template
+
+from parity_harness._backends.base import PRECISIONS, BackendOutput, Precision
+from parity_harness._backends.boundary import AnyBackend, guarded
+from parity_harness._compare.budget import BudgetAccumulator, reference_rows
+from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, FirstDivergence, fold, judge_tensor, name_index
+from parity_harness._compare.report import BackendRun, Report
+from parity_harness._core.precision import tiers_for
+from parity_harness._core.status import RunStatus
+from parity_harness._fixture.fixture import Case, Fixture, row_axis
+
+
+def compare_case(
+    name: str, fixture: Fixture, precision: Precision, case: Case, taps: dict[str, np.ndarray],
+    supported: list[str], golden_tier: Precision, golden: dict[str, np.ndarray],
+) -> list[CheckResult]:
+    """One case of one output, every tap against one golden tier, in dataflow order.
+
+    A tap the golden keeps only the last positions of ("rows") is cut the same way when the backend
+    returned every position.
+    """
+    tolerances = fixture.tolerances[golden_tier]
+    results: list[CheckResult] = []
+    for tap in fixture.tap_names:
+        tol = tolerances.for_tap(tap)
+        if tap not in supported:
+            results.append(CheckResult(name, precision, golden_tier, case.name, tap, NOT_SUPPORTED, None,
+                                       tol.atol, tol.rtol))
+            continue
+        actual = taps.get(tap)
+        if actual is not None:
+            actual = fixture.select_rows(tap, case, actual)
+        results.append(judge_tensor(name, precision, golden_tier, case.name, tap, actual, golden[tap],
+                                    tol.atol, tol.rtol))
+    return results
+
+
+Progress = Callable[[str], None]
+
+
+def run_parity(
+    fixture: Fixture,
+    backends: Sequence[AnyBackend],
+    precisions: list[Precision] | None = None,
+    progress: Progress | None = None,
+    keep_outputs: bool = True,
+    decoding: bool = True,
+    budget: bool = True,
+) -> Report:
+    """Run every backend in every requested precision it supports, and compare.
+
+    Each case is compared as it comes and, unless `keep_outputs` (what `--save-outputs` needs), dropped:
+    with a streaming backend and a large fixture, memory holds one case of one backend.
+    `budget`: also measure every result against the float64 truth (the error budget, `--budget`
+    and the JSON report show it); False skips that work.
+
+    Then, unless `decoding` is False, the decoding check of every backend that supports it
+    (parity_harness/_run/decode_check.py), when the fixture has decoding goldens.
+    """
+    wanted = precisions or list(PRECISIONS)
+    guards = [guarded(b) for b in backends]
+    report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
+    say = progress or (lambda _msg: None)
+    for backend in guards:
+        declined = backend.declined(fixture)
+        for precision in wanted:
+            if precision not in backend.precisions:
+                report.runs.append(BackendRun(backend.name, precision, 0.0, RunStatus.NOT_SUPPORTED,
+                                              f"computes in {', '.join(backend.precisions)} only"))
+                continue
+            if declined:
+                report.runs.append(BackendRun(backend.name, precision, 0.0, RunStatus.NOT_SUPPORTED, declined))
+                continue
+            say(f"parity: running {backend.name} ({precision}) ...")
+            supported = backend.taps(fixture)
+            clock = [0.0]
+            judge = CaseJudge(fixture, backend.name, precision, supported, budget)
+            for case, taps in backend.forward(fixture, precision, supported, clock):
+                judge.add(case, taps)
+                if keep_outputs:
+                    report.outputs.setdefault((backend.name, precision), {})[case.name] = taps
+                del taps
+            report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.RAN))
+            judge.finish(report)
+            release_memory()
+    if decoding:
+        from parity_harness._run.decode_check import run_decoding
+
+        report.decoding = run_decoding(fixture, guards, wanted, say)
+    finish_report(report, fixture)
+    return report
+
+
+def release_memory() -> None:
+    """After a backend run: hand the memory it freed back to the OS (glibc keeps freed blocks of up to
+    32 MB in its heap, so a GPT-2-sized backend's arrays would stay in the RSS of the next one)."""
+    import contextlib
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if name:
+        with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no malloc_trim): nothing to do
+            ctypes.CDLL(name).malloc_trim(0)
+
+
+class CaseJudge:
+    """Judges one (backend, precision) output case by case: tier results and the budget, then `finish`."""
+
+    def __init__(self, fixture: Fixture, name: str, precision: Precision, supported: list[str],
+                 budget: bool = True) -> None:
+        self.fixture, self.name, self.precision, self.supported = fixture, name, precision, supported
+        self.by_tier: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers_for(precision)}
+        self.budget = BudgetAccumulator(name, precision, fixture.tap_names, supported) if budget else None
+
+    def add(self, case: Case, taps: dict[str, np.ndarray]) -> None:
+        """Compare one case in each tier, one golden tier in memory at a time, and add it to the budget."""
+        cut = {t: self.fixture.select_rows(t, case, a) for t, a in taps.items()} if self.budget else {}
+        if self.budget is not None and "fp64" not in self.by_tier:  # the budget's truth is the float64 golden
+            self.budget.add_case(case.name, cut, self.fixture.golden_case("fp64", case.name))
+        for tier in self.by_tier:
+            golden = self.fixture.golden_case(tier, case.name)
+            self.by_tier[tier] += compare_case(self.name, self.fixture, self.precision, case, taps, self.supported,
+                                               tier, golden)
+            if tier == "fp64" and self.budget is not None:
+                self.budget.add_case(case.name, cut, golden)
+            del golden
+
+    def finish(self, report: Report) -> None:
+        report.results += [r for results in self.by_tier.values() for r in results]
+        report.supported[(self.name, self.precision)] = list(self.supported)
+        if self.budget is not None:
+            report.budget += self.budget.rows()
+
+
+def add_output(
+    report: Report, fixture: Fixture, name: str, precision: Precision, output: BackendOutput, supported: list[str]
+) -> None:
+    """Judge one (backend, precision) output read from a dump, case by case, by the judge of live runs."""
+    judge = CaseJudge(fixture, name, precision, supported, report.measure_budget)
+    for case in fixture.cases:
+        judge.add(case, output[case.name])
+    judge.finish(report)
+    report.outputs[(name, precision)] = output
+
+
+def finish_report(report: Report, fixture: Fixture) -> None:
+    """After every `add_output`: per-tap summaries, first divergences named by axis, the budget's reference rows."""
+    report.summaries, report.divergences = fold(report.results, fixture.tap_names)
+    name_divergences(report.divergences, fixture)
+    if report.measure_budget:
+        report.budget = reference_rows(fixture) + report.budget
+    if not report.fixture_id:
+        from parity_harness._fixture.identity import fixture_id
+
+        report.fixture_id = fixture_id(fixture)
+
+
+def name_divergences(divergences: list[FirstDivergence], fixture: Fixture) -> None:
+    """Fill each divergence's `location` and `axes`: its worst cell named by axis, with the words."""
+    for d in divergences:
+        if d.index is None:
+            continue
+        template = tap_shape_template(fixture.config, d.tap)
+        rows = fixture.tap_rows.get(d.tap)
+        if rows is not None:  # the golden keeps the last positions: index them as positions of the case
+            axis, length = row_axis(template), len(fixture.case(d.case).tokens)
+            d.index = [i + (length - min(rows, length)) if a == axis else i for a, i in enumerate(d.index)]
+        d.location, d.axes = name_index(d.tap, template, d.index, fixture.case(d.case).tokens, fixture.vocab,
+                                        fixture.config.n_head, fixture.config.d_mlp)

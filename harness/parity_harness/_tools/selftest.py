@@ -1,0 +1,441 @@
+"""`parity selftest`: does the harness catch real porting bugs? Run every mutant through it.
+
+Each mutant of `parity_harness._tools.mutants.CATALOG` patches a temporary copy of an implementation and is run
+through `run_parity` like any backend: typescript mutants by the typescript backend with
+`PARITY_TS_DIR` pointing at the patched copy (float64), reference mutants as a module loaded from
+the patched parity_reference/model.py, computed like the pytorch backend in float32 and float64.
+
+Per mutant: caught (any comparison failed, or the run stopped with an error), the tiers that
+caught it, the first diverging tap reported (the earliest, in dataflow order, over the tiers that
+caught it), whether it is the catalog's expected tap (for a decoding mutant: the first failing
+decoding step and its first tap, the forward pass agreeing), and whether it was caught only by the fp64
+tier (float64 vs the float64 golden fails, every fp32-tolerance comparison passes). Before the
+mutants, a control run checks that the unpatched copies pass. Exit 0 only when the control passes,
+every mutant is caught, at least 90% are localized at their expected tap and at least 3 are
+fp64-only; 1 otherwise.
+
+The stability mutants (`caught_on == "stress"`) run twice: on the toy fixture, where they must
+be invisible (every comparison passes: they compute the toy's numbers to round-off), and on the
+stress fixture (parity_harness/_authoring/stress.py), where they must be caught at their expected tap. The pair is
+the reason the stress fixture exists (docs/selftest.md). Controls run on both fixtures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import ClassVar, TextIO
+
+from parity_reference.run import reference_taps
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.boundary import GuardedBackend
+from parity_harness._backends.registry import load_backend
+from parity_harness._cli.exit_codes import for_verdict
+from parity_harness._compare.report import Report
+from parity_harness._core.errors import ParityError
+from parity_harness._core.sanitize import safe_line
+from parity_harness._core.status import Verdict
+from parity_harness._core.text import tier_key
+from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, reference_decode
+from parity_harness._fixture.fixture import Fixture
+from parity_harness._run.runner import run_parity
+from parity_harness._tools.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
+
+MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
+MIN_FP64_ONLY = 3  # mutants only the fp64 tier can see
+
+# Tier labels: "computed precision / golden file".
+TIER_FP32 = tier_key("fp32", "fp32")
+TIER_FP64 = tier_key("fp64", "fp64")
+TIER_FP64_VS_FP32 = tier_key("fp64", "fp32")
+
+
+class ReferenceModuleBackend(Backend):
+    """A (possibly patched) copy of parity_reference/model.py, computed like the pytorch backend."""
+
+    name: ClassVar[str] = "reference-mutant"
+    description: ClassVar[str] = "a patched copy of parity_reference/model.py (parity selftest)"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    requires: ClassVar[tuple[str, ...]] = ("torch",)
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision,
+                              self.module.run_with_taps)
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        return True
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        return reference_decode(fixture, precision, requests, self.module.decode)
+
+
+def copy_target(target: Target, dest: Path, mutant: Mutant | None) -> Path:
+    """Copy the target's directory to `dest` and apply the mutant's patches (none for the control)."""
+    shutil.copytree(TARGET_DIRS[target], dest, ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    if mutant is not None:
+        mutant.patch_file(dest)
+    return dest
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """Import a Python file under a private module name (registered while it executes)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ParityError(f"cannot load {path} as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    return module
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir: Path, tag: str = "") -> Report:
+    """One run of the harness on a copy of `target`, patched by `mutant` (unpatched if None).
+
+    `tag` tells apart two runs of the same copy on different fixtures (its own directory each).
+    """
+    label = (mutant.name if mutant is not None else f"control-{target}") + tag
+    root = copy_target(target, workdir / label, mutant)
+    if target == "typescript":
+        with _env("PARITY_TS_DIR", str(root)):
+            return run_parity(fixture, [load_backend("typescript")], ["fp64"], progress=None)
+    module = load_module(root / "model.py", f"_parity_selftest_{label.replace('-', '_')}")
+    return run_parity(fixture, [GuardedBackend.wrap(ReferenceModuleBackend(module))], ["fp32", "fp64"],
+                      progress=None)
+
+
+@dataclass
+class Outcome:
+    """What the harness reported for one mutant (or control run)."""
+
+    name: str
+    target: str
+    description: str
+    expected_tap: str
+    expected_fp64_only: bool
+    caught: bool = False
+    tiers: list[str] = field(default_factory=list)  # the comparisons that failed, e.g. ["fp64/fp64"]
+    first_tap: str | None = None  # earliest first-diverging tap over the failing tiers
+    first_tier: str | None = None  # the tier that reported it
+    error: str = ""  # the run stopped with an error (counts as caught, never as localized)
+    blind_cases: list[str] = field(default_factory=list)  # fixture cases where no comparison failed
+    max_abs: dict[str, float] = field(default_factory=dict)  # tier -> worst finite error over every tap and case
+    seconds: float = 0.0
+    expected_step: int | None = None  # a decoding mutant: the decoding step where it must first show
+    first_step: int | None = None  # the first failing decoding step, when the forward pass agreed
+    caught_on: str = "toy"  # the fixture judged above: "toy", or "stress" for a stability mutant
+    toy_tiers: list[str] = field(default_factory=list)  # stability mutants: comparisons that failed on the toy
+    toy_error: str = ""  # stability mutants: the toy run stopped with an error
+
+    @property
+    def localized(self) -> bool:
+        return self.first_tap == self.expected_tap and self.first_step == self.expected_step
+
+    @property
+    def invisible_on_toy(self) -> bool | None:
+        """Stability mutants: every comparison passed on the toy (None for the toy's own mutants)."""
+        return (not self.toy_tiers and not self.toy_error) if self.caught_on == "stress" else None
+
+    @property
+    def fp64_only(self) -> bool:
+        """Caught by float64 vs the float64 golden only: every fp32-tolerance comparison passed."""
+        return self.tiers == [TIER_FP64]
+
+
+def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -> Outcome:
+    order = {t: i for i, t in enumerate(fixture.tap_names)}
+    out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
+                  seconds=seconds, expected_step=mutant.expected_step, caught_on=mutant.caught_on)
+    failed = {tier_key(r.precision, r.golden) for r in report.results if r.passed is False}
+    decoding = report.decoding
+    if decoding is not None:  # the decoding check's failing tiers count as well
+        failed |= {tier_key(c.precision, c.golden) for c in decoding.checks if not c.passed}
+    out.tiers = [t for t in (TIER_FP32, TIER_FP64, TIER_FP64_VS_FP32) if t in failed]
+    out.caught = report.verdict != Verdict.AGREE
+    seen = {r.case for r in report.results if r.passed is False}
+    for r in report.results:
+        if r.max_abs is not None and math.isfinite(r.max_abs):
+            tier = tier_key(r.precision, r.golden)
+            out.max_abs[tier] = max(out.max_abs.get(tier, 0.0), r.max_abs)
+    out.blind_cases = [c.name for c in fixture.cases if c.name not in seen]
+    if report.divergences:
+        first = min(report.divergences, key=lambda d: order[d.tap])
+        out.first_tap, out.first_tier = first.tap, tier_key(first.precision, first.golden)
+    elif decoding is not None and decoding.divergences:  # the forward pass agrees: where decoding first breaks
+        taps = {t: i for i, t in enumerate(decoding.taps)}
+        dec = min(decoding.divergences, key=lambda d: (d.step, taps[d.tap]))
+        out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_key(dec.precision, dec.golden)
+    if mutant.expected_step is not None and decoding is not None:  # blind prompts, not blind cases
+        hit = {c.case for c in decoding.checks if not c.passed}
+        out.blind_cases = [p for p in decoding.prompts if p not in hit]
+    return out
+
+
+@dataclass
+class SelftestResult:
+    fixture: str
+    controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed, else why not
+    outcomes: list[Outcome] = field(default_factory=list)
+    stress_fixture: str | None = None  # where the stability mutants are caught (None: none was run)
+    stress_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the stress fixture
+
+    @property
+    def stability(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.caught_on == "stress"]
+
+    @property
+    def n_pairs(self) -> int:
+        """Stability mutants invisible on the toy and caught on the stress fixture."""
+        return sum(bool(o.invisible_on_toy) and o.caught for o in self.stability)
+
+    @property
+    def n_caught(self) -> int:
+        return sum(o.caught for o in self.outcomes)
+
+    @property
+    def n_localized(self) -> int:
+        return sum(o.localized for o in self.outcomes)
+
+    @property
+    def n_fp64_only(self) -> int:
+        return sum(o.fp64_only for o in self.outcomes)
+
+    @property
+    def control_passed(self) -> bool:
+        return all(not why for why in (*self.controls.values(), *self.stress_controls.values()))
+
+    def failures(self) -> list[str]:
+        """Why the selftest fails, one line each (empty when it passes)."""
+        n = len(self.outcomes)
+        why = [f"control run of the unpatched {t} failed: {m}" for t, m in self.controls.items() if m]
+        why += [f"control run of the unpatched {t} failed on the stress fixture: {m}"
+                for t, m in self.stress_controls.items() if m]
+        if n == 0:
+            why.append("no mutants were run")
+        if self.n_caught < n:
+            missed = [o.name for o in self.outcomes if not o.caught]
+            why.append(f"{n - self.n_caught} mutant(s) not caught: {', '.join(missed)}")
+        if n and self.n_localized < MIN_LOCALIZED * n:
+            why.append(f"only {self.n_localized}/{n} localized at the expected tap (need {MIN_LOCALIZED:.0%})")
+        if self.n_fp64_only < MIN_FP64_ONLY:
+            why.append(f"only {self.n_fp64_only} mutant(s) caught by the fp64 tier alone (need {MIN_FP64_ONLY})")
+        visible = [o.name for o in self.stability if not o.invisible_on_toy]
+        if visible:
+            why.append(f"{len(visible)} stability mutant(s) not invisible on the toy fixture (they must compute its "
+                       f"numbers to round-off): {', '.join(visible)}")
+        return why
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.DISAGREE if self.failures() else Verdict.AGREE
+
+    def totals_line(self) -> str:
+        n = len(self.outcomes)
+        pct = round(100 * self.n_localized / n) if n else 0
+        return (f"mutants caught {self.n_caught}/{n}, localized {self.n_localized}/{n} ({pct}%), "
+                f"fp64-only {self.n_fp64_only}")
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "fixture": self.fixture,
+            "controls": self.controls,
+            "stress_fixture": self.stress_fixture,
+            "stress_controls": self.stress_controls,
+            "mutants": [{**asdict(o), "localized": o.localized, "fp64_only": o.fp64_only,
+                         "invisible_on_toy": o.invisible_on_toy} for o in self.outcomes],
+            "totals": {"mutants": len(self.outcomes), "caught": self.n_caught, "localized": self.n_localized,
+                       "fp64_only": self.n_fp64_only, "stability": len(self.stability),
+                       "invisible_on_toy_caught_on_stress": self.n_pairs},
+            "exit_code": for_verdict(self.verdict),
+            "failures": self.failures(),
+        }
+
+
+def _control_message(report: Report) -> str:
+    if report.verdict == Verdict.AGREE:
+        return ""
+    if report.divergences:
+        d = report.divergences[0]
+        return f"{tier_key(d.precision, d.golden)} diverges at {d.tap} (max_abs {d.max_abs:.3g})"
+    if report.decoding is not None and report.decoding.divergences:
+        e = report.decoding.divergences[0]
+        where = f"step {e.step}, {e.tap} (max_abs {e.max_abs:.3g})"
+        return f"{tier_key(e.precision, e.golden)} decoding diverges at {where}"
+    return f"exit code {for_verdict(report.verdict)}"
+
+
+def _controls(fixture: Fixture, targets: list[Target], work: Path, tag: str,
+              say: Callable[[str], None]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for target in targets:
+        say(f"parity selftest: control run of the unpatched {target}{' on ' + fixture.root.name if tag else ''}")
+        try:
+            out[target] = _control_message(run_target(fixture, target, None, work, tag))
+        except ParityError as exc:
+            out[target] = str(exc)
+    return out
+
+
+def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "") -> Outcome:
+    """Run one mutant on one fixture and classify what the harness reported."""
+    start = time.perf_counter()
+    try:
+        report = run_target(fixture, mutant.target, mutant, work, tag)
+    except MutantAnchorError:
+        raise  # a rotten catalog is bad input (exit 2), not a caught mutant
+    except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
+        outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
+                          mutant.fp64_only, caught=True, error=str(exc), expected_step=mutant.expected_step,
+                          caught_on=mutant.caught_on)
+    else:
+        outcome = classify(mutant, report, fixture, time.perf_counter() - start)
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def run_selftest(
+    fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None,
+    stress: Fixture | None = None,
+) -> SelftestResult:
+    """The control runs (unpatched copies of each target used), then every mutant.
+
+    `fixture` is the toy: the toy's mutants are judged there. The stability mutants (caught_on
+    "stress") run on `fixture`, where they must pass, and on `stress`, where they must be caught;
+    ParityError (exit 2) if any is selected without a stress fixture.
+    """
+    say = progress or (lambda _msg: None)
+    for mutant in mutants:  # a rotten anchor fails fast (exit 2), before any run
+        mutant.apply((TARGET_DIRS[mutant.target] / mutant.file).read_text(encoding="utf-8"))
+    stability = [m for m in mutants if m.caught_on == "stress"]
+    if stability and stress is None:
+        raise ParityError(f"the stability mutants ({', '.join(m.name for m in stability)}) need the stress fixture: "
+                          "pass --stress-fixture DIR (made by `parity export --preset toy-stress`)")
+    result = SelftestResult(str(fixture.root))
+    with tempfile.TemporaryDirectory(prefix="parity-selftest-") as tmp:
+        work = Path(tmp)
+        result.controls = _controls(fixture, list(dict.fromkeys(m.target for m in mutants)), work, "", say)
+        if stability and stress is not None:
+            result.stress_fixture = str(stress.root)
+            result.stress_controls = _controls(stress, list(dict.fromkeys(m.target for m in stability)), work,
+                                               "-stress", say)
+        for mutant in mutants:
+            say(f"parity selftest: {mutant.name}")
+            if mutant.caught_on == "toy" or stress is None:
+                result.outcomes.append(_judge(fixture, mutant, work))
+                continue
+            outcome = _judge(stress, mutant, work, "-stress")
+            on_toy = _judge(fixture, mutant, work, "-toy")
+            outcome.toy_tiers, outcome.toy_error = on_toy.tiers, on_toy.error
+            outcome.seconds += on_toy.seconds
+            result.outcomes.append(outcome)
+    return result
+
+
+def _tiers_cell(o: Outcome) -> str:
+    tiers = ",".join(o.tiers) if o.tiers else ("error" if o.error else "-")
+    return tiers + (" (fp64 only)" if o.fp64_only else "")
+
+
+def _grid(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def format_table(result: SelftestResult) -> list[str]:
+    """The table: mutant, caught, tiers that caught it, first diverging tap, expected tap, match.
+
+    The stability mutants get a table of their own: invisible on the toy, caught on the stress fixture.
+    """
+    header: tuple[str, ...] = ("mutant", "caught", "tiers", "first diverging tap", "expected tap", "match")
+    rows = [header]
+    toy = [o for o in result.outcomes if o.caught_on != "stress"]
+    for o in toy:
+        first = o.first_tap or "-"
+        if o.first_step is not None:
+            first = f"step {o.first_step}: {first}"
+        expected = o.expected_tap if o.expected_step is None else f"step {o.expected_step}: {o.expected_tap}"
+        rows.append((o.name, "yes" if o.caught else "NO", _tiers_cell(o), first, expected,
+                     "yes" if o.localized else "NO"))
+    lines = _grid(rows) if toy else []
+    if result.stability and result.stress_fixture is not None:
+        lines.append(f"stability mutants: invisible on {Path(result.fixture).name}, caught on "
+                     f"{Path(result.stress_fixture).name}")
+        rows = [("mutant", "on toy", "on stress", "tiers (stress)", "first diverging tap", "expected tap", "match")]
+        for o in result.stability:
+            on_toy = "invisible" if o.invisible_on_toy else f"VISIBLE ({','.join(o.toy_tiers) or 'error'})"
+            rows.append((o.name, on_toy, "caught" if o.caught else "NO", _tiers_cell(o), o.first_tap or "-",
+                         o.expected_tap, "yes" if o.localized else "NO"))
+        lines += _grid(rows)
+    for o in result.outcomes:
+        if o.error:
+            lines.append(f"{o.name}: the run stopped with an error: {o.error}")
+        elif o.caught and o.fp64_only != o.expected_fp64_only:
+            claim = "fp64 only" if o.expected_fp64_only else "by an fp32-tolerance comparison too"
+            lines.append(f"{o.name}: the catalog says it is caught {claim}; it was caught by {', '.join(o.tiers)}")
+    blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in toy if o.caught and o.blind_cases]
+    if blind:
+        lines.append(f"invisible in some cases: {'; '.join(blind)}")
+    blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in result.stability if o.caught and o.blind_cases]
+    if blind:
+        lines.append(f"invisible in some stress cases: {'; '.join(blind)}")
+    return lines
+
+
+def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
+    stream = out if out is not None else sys.stdout
+
+    def say(line: str) -> None:  # the sink: mutant, target and fixture names, error text, made safe
+        print(safe_line(line), file=stream)
+
+    for target, why in result.controls.items():
+        say(f"control ({target}, unpatched): {'FAIL: ' + why if why else 'pass'}")
+    for target, why in result.stress_controls.items():
+        say(f"control ({target}, unpatched, {Path(result.stress_fixture or '').name}): "
+            f"{'FAIL: ' + why if why else 'pass'}")
+    for line in format_table(result):
+        say(line)
+    for why in result.failures():
+        say(f"selftest FAIL: {why}")
+    if result.stability:
+        say(f"stability mutants invisible on toy, caught on stress: {result.n_pairs}/{len(result.stability)}")
+    say(result.totals_line())
+
+
+def write_json(result: SelftestResult, path: Path) -> None:
+    from parity_harness._core.safe_write import write_text_atomic
+
+    write_text_atomic(path, json.dumps(result.to_json(), indent=1) + "\n", "selftest JSON")

@@ -1,0 +1,350 @@
+"""Render a parity report: the terminal table, the first divergences, the verdict, and the JSON file.
+
+JSON schema (version 1), stable for CI scripts:
+
+    {
+      "schema": "parity-report", "schema_version": 1, "usable": true,
+      "fixture": str, "fixture_id": str, "passed": bool, "exit_code": 0 | 1,
+      "counts": {"passed": int, "failed": int, "not_supported": int},
+      "results": [ {"backend", "precision", "golden", "case", "tap", "status", "passed",
+                    "max_abs", "max_rel", "min_atol", "atol", "rtol", "index", "actual",
+                    "expected", "message"} ],            # one per backend x precision x golden x case x tap
+      "taps": [ {"backend", "precision", "golden", "tap", "status", "passed", "n_cases", "n_failed",
+                 "max_abs", "max_rel", "min_atol", "worst_case", "atol", "rtol", "message"} ],
+      "first_divergence": {backend: [ {"precision", "golden", "tap", "case", "index", "actual",
+                                      "expected", "max_abs", "atol", "message", "upstream_taps",
+                                      "upstream_max_abs", "by_case", "n_bad", "location", "axes",
+                                      "previous_tap", "previous_max_abs"} ]},
+      "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump"
+      "skipped": [str],                                  # registered backends not run (missing dependencies)
+      "tolerances": {"fp32": {"atol", "rtol", "overrides": {tap: {"atol", "rtol"}}, "rows": {tap: int}},
+                     "fp64": {...}},      # "rows" only when the fixture has taps with rows (the last N compared)
+      "tolerances_loose": [str],   # tolerances beyond their ceiling (--allow-loose-tolerances); [] normally
+      "loose": bool,               # true when tolerances_loose is not empty: not a gate
+      "manifest_sha256": str,      # the fixture's seal: which manifest (tolerances included) was in force
+      "taps_compared": {backend: {"compared": int, "of": int}},  # taps compared in any tier, of the fixture's
+      "budget": [ {"backend", "precision", "tap", "status", "max_abs", "magnitude", "eps32_units",
+                   "eps64_units", "case", "index", "message"} ]  # against golden.fp64; see
+                   parity_harness/_compare/budget.py
+    }
+
+`location` names the worst cell by axis ("position 3 ('sleeps'), head 1, key position 0 ('.')"),
+and `axes` gives the same as {"position": 3, "head": 1, "key_position": 0}; `results` rows carry
+`n_bad`, the number of cells that break tolerance. The `budget` rows (added in version 1 without
+breaking it) include the fixture's own float32 golden as backend "golden.fp32". Also added in
+version 1: `fixture_id`, the fixture's content hash (parity_harness/_fixture/identity.py, docs/dump-format.md),
+which `parity merge` uses to refuse reports of different fixtures; and the run status "dump"
+(`parity compare`: the outputs were read from the dump file named in `message`, `seconds` is 0).
+
+Also added in version 1: `decoding`, present when `parity run` attempted the decoding check
+(absent in `parity compare` reports: dumps hold no decoding; `parity merge` merges it), after the
+forward fields:
+
+      "decoding": {"available": bool,                   # false: the fixture has no decoding goldens
+                   "steps": int, "prompts": [str], "taps": [str],   # taps: blocks.{i}.attn.cache_k|cache_v, logits
+                   "passed": bool, "counts": {"passed": int, "failed": int, "near_ties": int},
+                   # results, summaries and first_divergence are the forward rows' records (one judge,
+                   # parity_harness/_compare/judge.py): a decoding result's "case" is its prompt and "step" its step;
+                   # a summary's n_cases counts prompt x step checks, worst_case/worst_step its worst one;
+                   # a first divergence adds "step" and "margin" (upstream_* cover every check before it).
+                   "results": [ {... the fields of "results" above, "step": int} ],
+                   "summaries": [ {... the fields of "summaries" above, "worst_step": int} ],
+                   "first_divergence": [ {... the fields of "first_divergence" above, "step": int,
+                                          "margin": float} ],
+                   "greedy": [ {"backend", "precision", "prompt", "expected", "actual", "status",
+                                "first_step", "margin"} ],   # status "ok", "fail" or "near_tie"
+                   "runs": [ {"backend", "precision", "seconds"} ],
+                   "not_supported": [str],                # backends that do not decode
+                   "vocab": [str], "sequences": {prompt: [int]}}   # each prompt + the golden's greedy tokens
+
+Step 0 is the prefill; each step k >= 1 feeds one token. `margin` is the golden's top-2 logit margin at
+that step. A decoding failure (a "fail" result or greedy row) makes `passed` false and the exit code 1;
+a near-tie does not.
+
+`status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. Infinite
+errors (structural failures: shape, dtype, NaN, infinity mismatch) are written as null.
+
+Also added in version 1: `usable`. A command that ends in an error (exit 2, or 130 when interrupted)
+after its report paths were checked writes, instead of a report, a marker that `parity merge` refuses
+(so a report left at that path by an earlier run cannot pass for this one):
+
+    {"schema": "parity-report", "schema_version": 1, "usable": false, "passed": false,
+     "exit_code": 2 | 130, "command": "run" | "compare" | "merge", "error": str, "fixture": str}
+
+`error` is the one line the command printed after `parity: error: `; `fixture` is the fixture
+argument ("" for merge). A report with `usable` true (or, written before it existed, absent) always
+has `exit_code` 0 or 1: a run that compared nothing exits 2 and leaves the marker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from parity_harness._cli.exit_codes import for_verdict
+from parity_harness._compare.judge import NOT_SUPPORTED, FirstDivergence, TapSummary
+from parity_harness._compare.report import Report
+from parity_harness._core.sanitize import safe_line
+from parity_harness._core.status import RunStatus
+from parity_harness._core.text import num_text, tier_label, tolerance_text
+
+SCHEMA_VERSION = 1
+DUMP = RunStatus.DUMP  # a run's status when its outputs were read from a dump (`parity compare`)
+
+
+def _finite(obj: Any) -> Any:
+    """Replace infinities and NaN by None so the JSON is strict."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def tap_line(s: TapSummary, width: int) -> str:
+    label = f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
+    if s.status == NOT_SUPPORTED:
+        return f"{label}  n/a   not supported"
+    verdict = "OK  " if s.passed else "FAIL"
+    tol = tolerance_text(s.atol, s.rtol)
+    line = f"{label}  {verdict}  max_abs {num_text(s.max_abs)}  max_rel {num_text(s.max_rel)}  ({tol})"
+    if not s.passed:
+        line += f"  {s.n_failed}/{s.n_cases} cases, worst {s.worst_case}"
+        if s.message:
+            line += f": {s.message}"
+    return line
+
+
+def divergence_paragraph(d: FirstDivergence) -> str:
+    """One short paragraph: where the tier first breaks tolerance, both values, and how upstream agrees.
+
+    e.g. "pytorch fp32 vs fp32: first divergence at blocks.1.mlp.hook_pre, case grammar_2, position 4
+    ('sees'), neuron 0 [4, 0]: got 0.51, expected 0.5 (|diff| 1.0e-03 > atol 1e-05; 5 cells break
+    tolerance). Upstream agrees: the 29 taps before it are within 4.8e-07 (the last one,
+    blocks.1.ln2.hook_normalized, within 2.4e-07). 8 of 9 cases first diverge here; ..."
+    """
+    where = ""
+    if d.location:
+        where = f", {d.location} {d.index}"
+    elif d.index is not None:
+        where = f" at {d.index}"
+    values = ""
+    if d.actual is not None and d.expected is not None and not d.message:
+        cells = f"; {d.n_bad} cell{'s' if d.n_bad != 1 else ''} break tolerance" if d.n_bad else ""
+        values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
+                  f"(|diff| {num_text(d.max_abs)} > {tolerance_text(d.atol, d.rtol, rule=True)}{cells})")
+    elif d.message:
+        values = f": {d.message}"
+    if d.upstream_taps == 0:
+        upstream = "It is the first tap compared: nothing upstream to check."
+    else:
+        def within(x: float | None) -> str:
+            return "exactly" if x == 0 else f"within {num_text(x)}"
+
+        upstream = (f"Upstream agrees: the {d.upstream_taps} tap{'s' if d.upstream_taps != 1 else ''} "
+                    f"before it agree {within(d.upstream_max_abs)}")
+        if d.previous_tap is not None and d.previous_max_abs is not None:
+            upstream += f" (the last one, {d.previous_tap}, {within(d.previous_max_abs)})"
+        upstream += "."
+    here = sum(1 for t in d.by_case.values() if t == d.tap)
+    others = {c: t for c, t in d.by_case.items() if t != d.tap}
+    text = (f"{d.backend} {tier_label(d.precision, d.golden)}: first divergence at {d.tap}, "
+            f"case {d.case}{where}{values}. {upstream}")
+    if d.by_case:
+        text += f" {here} of the {len(d.by_case)} diverging case{'s' if len(d.by_case) != 1 else ''} first break here"
+        if others:
+            text += "; the others first at: " + ", ".join(f"{c} -> {t}" for c, t in others.items())
+        text += "."
+    return text
+
+
+def _not_supported_line(group: list[TapSummary]) -> str:
+    s = group[0]
+    taps = group[0].tap if len(group) == 1 else f"{len(group)} taps, {group[0].tap} .. {group[-1].tap}"
+    return f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} not supported: {taps}"
+
+
+def _emit(out: TextIO, line: str = "") -> None:
+    """The terminal report's one sink: every line, whatever outside strings it holds, made safe (sanitize.py)."""
+    print(safe_line(line), file=out)
+
+
+def print_budget(report: Report, out: TextIO) -> None:
+    """The error budget section (`parity run --budget`): every result against the float64 truth."""
+    from parity_harness._compare.budget import format_budget
+
+    fixture_taps = list(dict.fromkeys(r.tap for r in report.budget))
+    _emit(out)
+    for line in format_budget(report.budget, fixture_taps):
+        _emit(out, line)
+
+
+def print_report(report: Report, out: TextIO, verbose: bool = False, budget: bool = False) -> None:
+    """One line per backend x precision x tap (worst over cases), consecutive unsupported taps folded."""
+    width = max((len(s.tap) for s in report.summaries), default=10)
+    pending: list[TapSummary] = []
+    for s in [*report.summaries, None]:
+        if s is not None and s.status == NOT_SUPPORTED and (
+            not pending or (pending[0].backend, pending[0].precision, pending[0].golden)
+            == (s.backend, s.precision, s.golden)
+        ):
+            pending.append(s)
+            continue
+        if pending:
+            _emit(out, _not_supported_line(pending))
+            pending = [s] if s is not None and s.status == NOT_SUPPORTED else []
+            if pending:
+                continue
+        if s is None:
+            break
+        _emit(out, tap_line(s, width))
+        if verbose and s.status != NOT_SUPPORTED:
+            for r in report.results:
+                if (r.backend, r.precision, r.golden, r.tap) == (s.backend, s.precision, s.golden, s.tap):
+                    mark = "OK  " if r.passed else "FAIL"
+                    _emit(out, f"    {r.case:<20} {mark}  max_abs {num_text(r.max_abs)}  at {r.index}"
+                               f"{'  ' + r.message if r.message else ''}")
+    _emit(out)
+    for run in report.runs:
+        if run.status == RunStatus.RAN:
+            _emit(out, f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s")
+        elif run.status == DUMP:
+            _emit(out, f"{run.backend:<22} {run.precision}  from dump {run.message}")
+        else:
+            _emit(out, f"{run.backend:<22} {run.precision}  not supported ({run.message})")
+    if report.divergences:
+        _emit(out)
+        for d in report.divergences:
+            _emit(out, divergence_paragraph(d))
+    if report.decoding is not None:
+        from parity_harness._views.decoding import decoding_lines
+
+        _emit(out)
+        for line in decoding_lines(report.decoding):
+            _emit(out, line)
+    if budget:
+        print_budget(report, out)
+    _emit(out)
+    _emit(out, tolerances_line(report))
+    if report.loose:
+        _emit(out, loose_line(report))
+    _emit(out, verdict_line(report))
+
+
+def tolerances_line(report: Report) -> str:
+    """The tolerances in force: 'tolerances: fp32 atol 1e-05, rtol 1e-05; fp64 atol 1e-12; manifest_sha256 ...'."""
+    tiers = report.tolerances.get("tiers", {})
+    parts = []
+    for tier, t in tiers.items():
+        text = f"{tier} {tolerance_text(t['atol'], t['rtol'])}"
+        if t["overrides"]:
+            text += f" (+{len(t['overrides'])} per-tap override{'s' if len(t['overrides']) != 1 else ''})"
+        parts.append(text)
+    rows = next((t["rows"] for t in tiers.values() if t.get("rows")), None)
+    if rows:
+        parts.append(rows_text(rows))
+    seal = str(report.tolerances.get("manifest_sha256", ""))[:16]
+    return f"tolerances: {'; '.join(parts) or 'none'}; manifest_sha256 {seal}..."
+
+
+def rows_text(rows: dict[str, int]) -> str:
+    """'rows: last 1 position of 43 taps (hook_embed .. logit_lens.2)': the taps compared on their last rows only."""
+    by_n: dict[int, list[str]] = {}
+    for tap, n in rows.items():
+        by_n.setdefault(int(n), []).append(tap)
+    groups = []
+    for n, taps in sorted(by_n.items()):
+        names = ", ".join(taps) if len(taps) <= 3 else f"{taps[0]} .. {taps[-1]}"
+        groups.append(f"last {n} position{'s' if n != 1 else ''} of {len(taps)} tap{'s' if len(taps) != 1 else ''} "
+                      f"({names})")
+    return "rows: " + ", ".join(groups)
+
+
+def loose_line(report: Report) -> str:
+    problems = report.tolerances.get("loose", [])
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"LOOSE TOLERANCES (--allow-loose-tolerances): {problems[0]}{more}; this run is not a gate"
+
+
+def compared_text(report: Report) -> str:
+    """'pytorch 43/43, onnxruntime-optimized 5/43': taps each backend was compared on, of the fixture's."""
+    return ", ".join(f"{b} {n}/{total}" for b, (n, total) in report.taps_compared().items())
+
+
+def verdict_line(report: Report) -> str:
+    from parity_harness._views.decoding import decoding_verdict
+
+    n_ns = sum(1 for r in report.results if r.status == NOT_SUPPORTED)
+    counts = f"{report.n_passed} passed, {report.n_failed} failed, {n_ns} not supported"
+    if report.n_passed + report.n_failed == 0:
+        return f"ERROR: nothing was compared; {counts}"
+    decoding = decoding_verdict(report.decoding)
+    if report.n_failed:
+        names = ", ".join(sorted({f"{d.backend} {tier_label(d.precision, d.golden)}" for d in report.divergences}))
+        return f"FAIL: disagreement in {names}{'; ' + decoding if decoding else ''}; {counts} (tap x case checks)"
+    if decoding:
+        return f"FAIL: {decoding}; {counts} (tap x case checks)"
+    skipped = f"; {len(report.skipped)} registered backend(s) skipped (missing dependencies)" if report.skipped else ""
+    verdict = "PASS (LOOSE TOLERANCES)" if report.loose else "PASS"
+    return (f"{verdict}: every backend agrees on every tap it was compared on (taps compared: "
+            f"{compared_text(report)}); {counts} (tap x case checks){skipped}")
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    from parity_harness._views.decoding import decoding_json
+
+    by_backend: dict[str, list[dict[str, Any]]] = {}
+    for d in report.divergences:
+        entry = asdict(d)
+        by_backend.setdefault(entry.pop("backend"), []).append(entry)
+    return _finite({  # type: ignore[no-any-return]
+        "schema": "parity-report",
+        "schema_version": SCHEMA_VERSION,
+        "usable": True,
+        "fixture": report.fixture,
+        "fixture_id": report.fixture_id,
+        "passed": report.passed,
+        "exit_code": for_verdict(report.verdict),
+        "counts": {
+            "passed": report.n_passed,
+            "failed": report.n_failed,
+            "not_supported": sum(1 for r in report.results if r.status == NOT_SUPPORTED),
+        },
+        "results": [asdict(r) for r in report.results],
+        "taps": [asdict(s) for s in report.summaries],
+        "first_divergence": by_backend,
+        "runs": [asdict(r) for r in report.runs],
+        "skipped": list(report.skipped),
+        "budget": [asdict(b) for b in report.budget],
+        "tolerances": report.tolerances.get("tiers", {}),
+        "tolerances_loose": list(report.tolerances.get("loose", [])),
+        "loose": report.loose,
+        "manifest_sha256": report.tolerances.get("manifest_sha256", ""),
+        "taps_compared": {b: {"compared": n, "of": total} for b, (n, total) in report.taps_compared().items()},
+        **({"decoding": decoding_json(report.decoding)} if report.decoding is not None else {}),
+    })
+
+
+def write_json(report: Report, path: Path) -> None:
+    from parity_harness._core.output_paths import write_report_text
+
+    write_report_text(path, json.dumps(report_json(report), indent=1, allow_nan=False) + "\n", "JSON report")
+
+
+def unusable_json(command: str, error: str, exit_code: int, fixture: str) -> dict[str, Any]:
+    """The marker a command that ended in an error leaves at its --json path (schema above)."""
+    return {"schema": "parity-report", "schema_version": SCHEMA_VERSION, "usable": False, "passed": False,
+            "exit_code": exit_code, "command": command, "error": error, "fixture": fixture}
+
+
+def write_unusable_json(path: Path, command: str, error: str, exit_code: int, fixture: str) -> None:
+    """Write the unusable marker; ParityError (one line) if the system refuses."""
+    from parity_harness._core.output_paths import write_report_text
+
+    text = json.dumps(unusable_json(command, error, exit_code, fixture), indent=1, allow_nan=False) + "\n"
+    write_report_text(path, text, "JSON report")

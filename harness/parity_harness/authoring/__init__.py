@@ -1,1 +1,0 @@
-"""Making fixtures: export, presets, the stress fixture, the Hugging Face import, writers and the high-precision truth."""
