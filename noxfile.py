@@ -120,5 +120,6 @@ def install_check(session: nox.Session) -> None:
     shutil.rmtree(empty, ignore_errors=True)
     empty.mkdir()
     session.chdir(empty)
-    pip_backends = "pytorch,numpy,onnx-reference,onnxruntime,onnxruntime-optimized,typescript,hf-transformers"
+    pip_backends = ("pytorch,numpy,onnx-reference,onnxruntime,onnxruntime-optimized,typescript,hf-transformers,"
+                    "openvino,transformerlens,torch-compile")
     session.run("parity", "run", "--backends", pip_backends, *session.posargs, env={"PARITY_TS_DIR": ""})

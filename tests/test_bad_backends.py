@@ -207,7 +207,7 @@ def _fake_node(tmp_path: Path, body: str) -> Path:
 
 def test_missing_node_exits_2_with_one_line() -> None:
     proc = run_cli("run", "--backends", "typescript", "-q", env={"PARITY_NODE": "/nonexistent"})
-    assert_one_line_error(proc, "typescript", "node", "pip install 'parity[node]'")
+    assert_one_line_error(proc, "typescript", "node", "pip install 'parity-harness[node]'")
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="shell-script stand-in for Node")

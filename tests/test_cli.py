@@ -169,4 +169,4 @@ def test_a_backend_that_cannot_run_is_skipped_and_said_or_an_error_with_no_skip(
     assert len(report["skipped"]) == n and any("'typescript' needs node" in line for line in report["skipped"])
     assert not node_backends & {r["backend"] for r in report["results"]}
     strict = run_cli("run", "--fixture", str(toy_dir), "--no-skip", "-q", env=env)
-    assert_one_line_error(strict, "--no-skip", "needs node", "pip install 'parity[node]'")
+    assert_one_line_error(strict, "--no-skip", "needs node", "pip install 'parity-harness[node]'")

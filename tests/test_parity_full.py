@@ -28,6 +28,9 @@ BUILTIN_PRECISIONS = {
     "onnxruntime-web": {"fp32"},
     "onnxruntime-web-optimized": {"fp32"},
     "hf-transformers": {"fp32", "fp64"},
+    "openvino": {"fp32"},
+    "transformerlens": {"fp32", "fp64"},
+    "torch-compile": {"fp32", "fp64"},
 }
 # Taps transformers' GPT-2 computes inside a fused call, never exposed
 # (parity_harness/_backends/hf_transformers_backend.py).
@@ -89,7 +92,7 @@ def test_full_parity_run_every_builtin_backend_agrees(full_run: tuple[Path, subp
     assert fp64 and all(r["max_abs"] <= tol["overrides"].get(r["tap"], tol)["atol"] for r in fp64)
 
 
-DECODING_BACKENDS = {"pytorch", "numpy", "onnxruntime", "typescript"}
+DECODING_BACKENDS = {"pytorch", "numpy", "onnxruntime", "typescript", "openvino"}
 
 
 def test_full_parity_run_decodes_incrementally_like_the_full_forward(

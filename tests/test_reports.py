@@ -203,7 +203,8 @@ def test_plot_without_matplotlib_exits_2_with_the_install_hint(toy_dir: Path, tm
                    env={"PYTHONPATH": str(fake)})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "parity: error: plotting needs matplotlib, which is not available; install with: pip install 'parity[plot]'"]
+        "parity: error: plotting needs matplotlib, which is not available; install with: "
+        "pip install 'parity-harness[plot]'"]
     assert not (tmp_path / "x.png").exists()
 
 

@@ -165,7 +165,7 @@ def test_no_node_is_unavailable(fixture: Fixture, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(BackendUnavailable) as info:
         backend.run(fixture, "fp64")
     message = str(info.value)
-    assert "no-such-node" in message and "pip install 'parity[node]'" in message and "\n" not in message
+    assert "no-such-node" in message and "pip install 'parity-harness[node]'" in message and "\n" not in message
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="shell-script stand-in for Node")

@@ -52,7 +52,7 @@ class Backend:
     description: ClassVar[str] = ""  # one line for `parity backends`
     precisions: ClassVar[tuple[Precision, ...]] = ()  # what it computes in: ("fp32",), ("fp64",) or both
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs, checked before running
-    install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity[onnx]'"
+    install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity-harness[onnx]'"
     streams: ClassVar[bool] = False  # True: `run_cases` yields one case at a time (the harness uses it)
 
     def missing_dependencies(self) -> list[str]:

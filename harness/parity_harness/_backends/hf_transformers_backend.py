@@ -82,7 +82,7 @@ class HFTransformersBackend(Backend):
     description: ClassVar[str] = "transformers' GPT2LMHeadModel (eager attention, exact GELU), taps from hooks"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
     requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")
-    install_hint: ClassVar[str] = "pip install 'parity[hf]'"
+    install_hint: ClassVar[str] = "pip install 'parity-harness[hf]'"
     streams: ClassVar[bool] = True
 
     def supported_taps(self, fixture: Fixture) -> list[str]:

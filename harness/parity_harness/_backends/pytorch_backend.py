@@ -25,7 +25,7 @@ class PyTorchBackend(Backend):
     description: ClassVar[str] = "the PyTorch reference (parity_reference/model.py)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
     requires: ClassVar[tuple[str, ...]] = ("torch",)
-    install_hint: ClassVar[str] = "pip install 'parity[torch]'"
+    install_hint: ClassVar[str] = "pip install 'parity-harness[torch]'"
 
     streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
 

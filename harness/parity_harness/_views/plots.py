@@ -1,6 +1,6 @@
 """Pictures: the error ladder of a parity run (`parity run --plot`) and the logit lens (`parity lens --plot`).
 
-matplotlib is optional (`pip install 'parity[plot]'`): it is imported only here, only when a
+matplotlib is optional (`pip install 'parity-harness[plot]'`): it is imported only here, only when a
 picture is asked for, with the Agg backend (no display). The file type follows the extension:
 .png or .svg. Every label holding a string from outside (a backend, a word, a fixture's name) goes
 through `parity_harness._core.sanitize` (`_save` sweeps every text of the figure; tick and legend labels are made
@@ -25,7 +25,7 @@ from parity_harness._core.sanitize import plot_label, safe_text
 from parity_harness._fixture.fixture import Fixture
 from parity_harness._fixture.tolerances import tap_magnitude
 
-INSTALL_HINT = "pip install 'parity[plot]'"
+INSTALL_HINT = "pip install 'parity-harness[plot]'"
 DPI = 100
 LADDER_SIZE = (14.0, 7.0)  # inches: 1400 x 700 pixels at DPI
 FORMATS = (".png", ".svg")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 DRIVER = CHECKOUT_DIR / "ts_model" / "browser" / "run-browser.mts"  # a source checkout only: not in the wheel
 DEFAULT_TIMEOUT_S = 120.0
 GRACE_S = 15.0  # after the driver's own deadline, before its process group is killed
-INSTALL_HINT = "npm ci (in the parity source checkout; needs Node from `pip install 'parity[node]'`)"
+INSTALL_HINT = "npm ci (in the parity source checkout; needs Node from `pip install 'parity-harness[node]'`)"
 # What every browser run needs from node_modules; the packaged Chromium unless PARITY_CHROME is set.
 DRIVER_PACKAGES = ("esbuild", "puppeteer-core")
 CHROMIUM_PACKAGE = "@sparticuz/chromium"

@@ -23,7 +23,7 @@ class OnnxRuntimeWebBackend(Backend):
     description: ClassVar[str] = "model.onnx (every tap) on onnxruntime-web's WebAssembly backend in headless Chrome"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnx",)  # to check the graph's weights (_backends/onnx/weights.py)
-    install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity[onnx]'"
+    install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity-harness[onnx]'"
 
     def declines(self, fixture: Fixture) -> str | None:
         return browser.declines_big(fixture)

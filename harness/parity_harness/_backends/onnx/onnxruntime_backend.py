@@ -23,7 +23,7 @@ class OnnxRuntimeBackend(Backend):
     description: ClassVar[str] = "model.onnx (every tap a graph output) on onnxruntime CPU, one thread"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
-    install_hint: ClassVar[str] = "pip install 'parity[onnx]'"
+    install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:

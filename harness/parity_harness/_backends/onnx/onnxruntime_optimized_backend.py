@@ -23,7 +23,7 @@ class OnnxRuntimeOptimizedBackend(Backend):
     description: ClassVar[str] = "model.logits.onnx on onnxruntime CPU at ORT_ENABLE_ALL (logits, probs)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
-    install_hint: ClassVar[str] = "pip install 'parity[onnx]'"
+    install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
 
     def supported_taps(self, fixture: Fixture) -> list[str]:
         return ["logits", "probs"]

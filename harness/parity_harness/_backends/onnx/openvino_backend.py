@@ -1,0 +1,185 @@
+"""The `openvino` backend: the fixture's all-taps graph (model.onnx) on OpenVINO's CPU plugin, float32.
+
+OpenVINO reads the ONNX file itself (its ONNX frontend) and compiles it for the CPU plugin with:
+
+- INFERENCE_PRECISION_HINT = f32: without it the plugin runs matmuls in bfloat16 on CPUs that have
+  AVX-512 BF16 or AMX (its default there is bf16), which fails the 1e-5 tier;
+- EXECUTION_MODE_HINT = ACCURACY: no precision-lowering transformation of its own choosing;
+- INFERENCE_NUM_THREADS = 1, NUM_STREAMS = 1: one thread, the same reduction order every run;
+- DYNAMIC_QUANTIZATION_GROUP_SIZE = 0: no dynamic quantization of matmul activations;
+- CPU_DENORMALS_OPTIMIZATION = False: subnormals are kept, not flushed to zero.
+
+Token ids are checked here, before anything is compiled: the CPU plugin's Gather reads past the
+embedding table for an id >= vocab_size (garbage numbers, no error; a large id crashes the process),
+and wraps a negative id as ONNX allows. Its float64 sin/cos (the positions) are computed in float32,
+which the fp32 tier cannot see (docs/backends.md, "openvino"). Decoding uses model.decode.onnx, the
+prefill by model.onnx, as the onnxruntime backend does. openvino is imported inside the runners only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.onnx.graph import (
+    INPUT_NAME,
+    Runner,
+    check_onnx_file,
+    expected_outputs,
+    onnx_file,
+    run_cases,
+)
+from parity_harness._core.errors import BackendFailed, FixtureError
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
+    from parity_harness._fixture.fixture import Fixture
+
+# The compile properties (module docstring): float32 everywhere, one thread, nothing approximated.
+CPU_PROPERTIES: dict[str, str] = {
+    "INFERENCE_PRECISION_HINT": "f32",
+    "EXECUTION_MODE_HINT": "ACCURACY",
+    "INFERENCE_NUM_THREADS": "1",
+    "NUM_STREAMS": "1",
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
+    "CPU_DENORMALS_OPTIMIZATION": "NO",
+}
+
+
+def check_tokens(what: str, tokens: Sequence[int], vocab_size: int, n_ctx: int) -> None:
+    """FixtureError naming `what` (a case or a prompt) unless 1 <= len(tokens) <= n_ctx and every id is in range."""
+    if not 1 <= len(tokens) <= n_ctx:
+        raise FixtureError(f"{what}: {len(tokens)} tokens, expected 1 to {n_ctx}")
+    for position, token in enumerate(tokens):
+        if not 0 <= int(token) < vocab_size:
+            raise FixtureError(
+                f"{what}: token id {int(token)} at position {position} out of range [0, {vocab_size}) "
+                "(OpenVINO would read past the embedding table)"
+            )
+
+
+def _compile(path: Path) -> Any:
+    """The graph compiled for the CPU plugin with CPU_PROPERTIES; BackendFailed when OpenVINO refuses it."""
+    import openvino as ov
+
+    core = ov.Core()
+    try:
+        return core.compile_model(core.read_model(str(path)), "CPU", dict(CPU_PROPERTIES))
+    except Exception as exc:  # OpenVINO raises RuntimeError and its own types for an unusable graph
+        text = str(exc).strip().splitlines()
+        raise BackendFailed(f"{path}: OpenVINO cannot compile the graph ({text[0] if text else type(exc).__name__})"
+                            ) from None
+
+
+def ov_runner(path: Path, names: Sequence[str]) -> Runner:
+    """tokens (T,) int64 -> the graph's outputs `names`, in that order, from one compiled CPU model."""
+    compiled = _compile(path)
+    ports = [compiled.output(name) for name in names]  # a missing name raises here, before any case
+    request = compiled.create_infer_request()
+
+    def run(tokens: np.ndarray) -> list[np.ndarray]:
+        result = request.infer({INPUT_NAME: tokens})
+        return [np.array(result[port], copy=True) for port in ports]  # copies: the request reuses its buffers
+
+    return run
+
+
+class OpenVinoBackend(Backend):
+    name: ClassVar[str] = "openvino"
+    description: ClassVar[str] = "model.onnx (every tap a graph output) on OpenVINO's CPU plugin, f32, one thread"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
+    requires: ClassVar[tuple[str, ...]] = ("openvino", "onnx")
+    install_hint: ClassVar[str] = "pip install 'parity-harness[openvino]'"
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        if precision not in self.precisions:
+            raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
+        config = fixture.config
+        for case in fixture.cases:  # every case before anything runs: a bad id is never fed to OpenVINO
+            check_tokens(f"case {case.name!r}", case.tokens, config.vocab_size, config.n_ctx)
+        path = onnx_file(fixture, "all_taps")
+        check_onnx_file(path, fixture, "all_taps")
+        names = expected_outputs(fixture.tap_names, "all_taps")
+        try:
+            runner = ov_runner(path, names)
+        except BackendFailed:
+            raise
+        except Exception as exc:  # a graph output OpenVINO does not know by that name
+            raise BackendFailed(f"{path}: OpenVINO: {str(exc).strip().splitlines()[0]}") from None
+        return run_cases(fixture, path, names, runner)
+
+    def supports_decoding(self, fixture: Fixture) -> bool:
+        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx."""
+        from parity_harness._backends.onnx.decode import decode_graph
+
+        return decode_graph(fixture) is not None
+
+    def decode(
+        self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
+    ) -> DecodeOutput:
+        from parity_harness._fixture.decoding import requests_for
+
+        if precision not in self.precisions:
+            raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
+        return _ov_decode(fixture, requests_for(fixture, requests))
+
+
+def _ov_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
+    """Prefill by model.onnx (hook_k, hook_v, logits), then one model.decode.onnx step per token."""
+    from parity_harness._backends.onnx.decode import check_decode_model, decode_graph, input_names, output_names
+    from parity_harness._backends.onnx.graph import load_onnx
+    from parity_harness._backends.onnx.weights import check_graph_weights
+    from parity_harness._fixture.decoding import steps_to_output
+
+    config = fixture.config
+    for req in requests:  # the prompt and every fed token, before anything runs
+        check_tokens(f"prompt {req.name!r}", req.prompt, config.vocab_size, config.n_ctx)
+        if req.feed is not None:
+            check_tokens(f"prompt {req.name!r} (fed tokens)", req.feed, config.vocab_size, config.n_ctx)
+    path = decode_graph(fixture)
+    if path is None:
+        raise FixtureError(f"{fixture.manifest_path}: the fixture has no decode graph (files.decoding.onnx)")
+    model = load_onnx(path)
+    check_decode_model(model, path, config)
+    check_graph_weights(fixture, path, model)  # the step graph embeds its own copy of the weights
+    full = onnx_file(fixture, "all_taps")
+    check_onnx_file(full, fixture, "all_taps")
+    names = expected_outputs(fixture.tap_names, "all_taps")
+    prefill = ov_runner(full, names)
+    step = _compile(path)
+    step_inputs, step_outputs = input_names(config.n_layer), [step.output(n) for n in output_names(config.n_layer)]
+    request = step.create_infer_request()
+    out: DecodeOutput = {}
+    for req in requests:
+        try:
+            taps = dict(zip(names, prefill(np.asarray(req.prompt, dtype=np.int64)), strict=True))
+            logits = np.asarray(taps["logits"])[-1]  # (V,)
+            cache = [(np.asarray(taps[f"blocks.{i}.attn.hook_k"]).transpose(1, 0, 2).copy(),
+                      np.asarray(taps[f"blocks.{i}.attn.hook_v"]).transpose(1, 0, 2).copy())
+                     for i in range(config.n_layer)]  # (T, H, dh) -> (H, T, dh)
+            steps: list[tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = [(logits, cache)]
+            for k in range(req.steps):
+                token = req.feed[k] if req.feed is not None else int(np.argmax(logits))
+                if len(req.prompt) + k >= config.n_ctx:
+                    raise FixtureError(f"prompt {req.name!r}: step {k + 1} is past the context ({config.n_ctx})")
+                feeds: dict[str, np.ndarray] = {step_inputs[0]: np.asarray([token], dtype=np.int64)}
+                for i, (key, value) in enumerate(cache):
+                    feeds[step_inputs[1 + 2 * i]] = np.ascontiguousarray(key, dtype=np.float32)
+                    feeds[step_inputs[2 + 2 * i]] = np.ascontiguousarray(value, dtype=np.float32)
+                result = request.infer(feeds)
+                values = [np.array(result[port], dtype=np.float32, copy=True) for port in step_outputs]
+                logits = values[0]
+                cache = [(values[1 + 2 * i], values[2 + 2 * i]) for i in range(config.n_layer)]
+                steps.append((logits, cache))
+        except FixtureError:
+            raise
+        except Exception as exc:  # the runtime raises many types; any crash is the backend's failure
+            text = str(exc).strip().splitlines()
+            raise BackendFailed(f"{path}: prompt {req.name!r} failed: {text[0] if text else type(exc).__name__}") \
+                from None
+        out[req.name] = steps_to_output(config.n_layer, steps)
+    return out

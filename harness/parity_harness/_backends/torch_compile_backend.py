@@ -1,0 +1,157 @@
+"""The `torch-compile` backend: the reference model (parity_reference/model.py) under `torch.compile`, inductor, on CPU.
+
+The function compiled is `parity_reference.model.forward` filling its taps dict, and it returns that dict:
+every tap is an output of one compiled graph (`fullgraph=True`: a graph break is an error, never a
+silent fallback to eager PyTorch), with no hooks. Float32 and float64 (the float32 weights upcast,
+as the fp64 golden's are). Shapes are dynamic in the sequence length only (`mark_dynamic` on the
+tokens): one graph serves every T >= 2 and T = 1 gets its own (0/1 specialization), where static
+shapes compile one graph per distinct length (docs/backends.md has the times). A compile that would
+exceed the recompile limit fails instead of falling back to eager (`fail_on_recompile_limit_hit`).
+
+Inductor compiles its CPU kernels with a C++ compiler: the one torch looks for, `$CXX` or `g++`
+(`clang++` on macOS), must be on PATH, or the backend is reported missing in one line.
+Inductor's cache goes to `$TORCHINDUCTOR_CACHE_DIR` when set, else to the user's cache directory
+(`$XDG_CACHE_HOME/parity/torchinductor`, by default `~/.cache/parity/torchinductor`), never into the
+working directory. Compile warnings and dynamo's log lines are kept off the terminal; a compile
+failure is one line naming the compiler's first error line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.fixture import Fixture
+
+# The loggers that print compile chatter (recompiles, autotuning, fallbacks) at WARNING level.
+QUIET_LOGGERS = ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes", "torch._functorch")
+
+
+def cxx_name() -> str:
+    """The C++ compiler torch inductor uses on CPU: `torch._inductor.config.cpp.cxx`'s default, read without torch."""
+    if sys.platform == "win32":
+        return os.environ.get("CXX", "cl")
+    return os.environ.get("CXX", "clang++" if sys.platform == "darwin" else "g++")
+
+
+def find_cxx() -> str | None:
+    """The compiler's path, or None when it is not on PATH (cheap: no import of torch, no process started)."""
+    return shutil.which(cxx_name())
+
+
+def inductor_cache_dir() -> Path:
+    """Where inductor's cache goes: $TORCHINDUCTOR_CACHE_DIR, else the user's cache directory, else a temp dir."""
+    explicit = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or (str(Path.home() / ".cache") if Path.home().is_dir() else "")
+    if base and Path(base).is_absolute():
+        return Path(base) / "parity" / "torchinductor"
+    return Path(tempfile.gettempdir()) / f"parity-torchinductor-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def compile_error_line(exc: BaseException) -> str:
+    """The line that says why a compile failed: the compiler's first `error:` line, else the message's first."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if "error:" in ln.lower():
+            return f"{type(exc).__name__}: {ln}"
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+class TorchCompileBackend(Backend):
+    name: ClassVar[str] = "torch-compile"
+    description: ClassVar[str] = "the PyTorch reference under torch.compile (inductor, CPU, every tap a graph output)"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    requires: ClassVar[tuple[str, ...]] = ("torch",)
+    install_hint: ClassVar[str] = "pip install 'parity-harness[torch]', and a C++ compiler (g++, or set CXX)"
+
+    streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
+
+    def missing_dependencies(self) -> list[str]:
+        missing = super().missing_dependencies()
+        if find_cxx() is None:
+            missing.append(f"a C++ compiler ({cxx_name()!r} on PATH, which torch inductor compiles CPU kernels with)")
+        return missing
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        if find_cxx() is None:
+            raise BackendUnavailable(f"backend {self.name!r} needs a C++ compiler ({cxx_name()!r} on PATH); "
+                                     f"install with: {self.install_hint}")
+        config = fixture.config
+        for case in fixture.cases:  # bad input is one line before anything is compiled
+            if not 1 <= len(case.tokens) <= config.n_ctx:
+                raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
+            bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
+            if bad:
+                raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir()))
+        import torch
+        from parity_reference import model
+        from parity_reference.run import torch_params
+
+        weights = fixture.weights()
+        fixture.release_weights()
+        params = torch_params(weights, precision, consume=True)  # one thread: inductor's kernels use one too
+        lens_rows = fixture.lens_rows()
+
+        def taps_of(params: dict[str, torch.Tensor], tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+            taps: dict[str, torch.Tensor] = {}
+            model.forward(params, config, tokens, taps, lens_rows)
+            return taps  # every tap an output of the graph
+
+        torch._dynamo.reset()  # a fresh cache per run: the recompile limit counts this run's graphs only
+        compiled = torch.compile(taps_of, backend="inductor", fullgraph=True)
+        lengths = len({len(c.tokens) for c in fixture.cases})
+        for case in fixture.cases:
+            tokens = torch.tensor(list(case.tokens), dtype=torch.int64)
+            torch._dynamo.mark_dynamic(tokens, 0)  # dynamic in T only; the weights' shapes stay static
+            with ExitStack() as stack:
+                stack.enter_context(_quiet())
+                stack.enter_context(torch._dynamo.config.patch(recompile_limit=lengths + 2,
+                                                               fail_on_recompile_limit_hit=True))
+                stack.enter_context(torch._inductor.config.patch(compile_threads=1))  # no worker pool
+                stack.enter_context(torch.no_grad())
+                try:
+                    taps = compiled(params, tokens)
+                except Exception as exc:  # the first line of a compile error is "C++ compile error": find the cause
+                    raise BackendFailed(f"backend {self.name!r}: torch.compile failed on case {case.name!r}: "
+                                        f"{compile_error_line(exc)}") from None
+            yield case.name, {tap: np.ascontiguousarray(t.numpy()) for tap, t in taps.items()}
+
+
+class _quiet:
+    """Warnings ignored and torch's compile loggers at ERROR, restored on exit."""
+
+    def __enter__(self) -> None:
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore")
+        self._levels: list[tuple[logging.Logger, int]] = []
+        for name in QUIET_LOGGERS:
+            logger = logging.getLogger(name)
+            self._levels.append((logger, logger.level))
+            logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc: Any) -> None:
+        for logger, level in self._levels:
+            logger.setLevel(level)
+        self._warnings.__exit__(*exc)

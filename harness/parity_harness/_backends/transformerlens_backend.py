@@ -1,0 +1,179 @@
+"""The `transformerlens` backend: TransformerLens' `HookedTransformer`, every tap read from its own hooks.
+
+The model is built from the fixture's config (`HookedTransformerConfig`: pre-LayerNorm "LN", the exact
+GELU `act_fn="gelu"`, causal or bidirectional attention, `eps` = ln_eps, `dtype` float32 or float64,
+no random initialization) and given the fixture's Hugging Face GPT-2 weights converted here to
+TransformerLens' layout (W_Q/W_K/W_V [H, d, d_head], W_O [H, d_head, d], W_in, W_out, ...), the same
+split `transformer_lens.pretrained.weight_conversions.gpt2` does. Positions: TransformerLens has no
+sinusoidal option, so a sinusoidal fixture's table (parity_reference.model's, computed in float64 and
+rounded once to the dtype) is loaded as `W_pos`; a learned one's `wpe` is. Embeddings are tied:
+`W_U` is `W_E` transposed, `b_U` zero.
+
+The weights are set with `load_state_dict`, never `load_and_process_state_dict`: TransformerLens'
+weight processing (`ProcessWeights.process_weights`) casts every non-float32 tensor to float32 and
+back, even with fold_ln, centering and value-bias folding all off, so float64 would be float32 in
+disguise (docs/backends.md, "transformerlens", shows it with one command). After loading, every
+parameter is checked to be bit-for-bit the array given, in the precision's dtype.
+
+Taps come from `run_with_cache`: TransformerLens' hook names are parity's tap names, and their
+shapes (batch axis dropped) are the spec's. `logits` is the model's output, `probs` its softmax, and
+the logit lens runs each block's input (and the last block's output) through the model's own
+`ln_final` and `unembed`. Every tap is supported. TransformerLens' warnings, log records and prints
+are kept off the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._core.errors import BackendFailed, FixtureError
+
+if TYPE_CHECKING:
+    import torch
+    from parity_reference.config import GPTConfig
+
+    from parity_harness._fixture.fixture import Fixture
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """TransformerLens' deprecation warnings, root-logger warnings and prints, kept off the user's terminal."""
+    previous = logging.root.manager.disable
+    sink = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)  # TransformerLens calls logging.warning on the root logger
+        try:
+            yield
+        finally:
+            logging.disable(previous)
+
+
+def tl_config(config: GPTConfig, dtype: torch.dtype) -> Any:
+    """TransformerLens' HookedTransformerConfig for a parity config: pre-LN, exact GELU, no initialization."""
+    with quiet():
+        from transformer_lens import HookedTransformerConfig
+
+    return HookedTransformerConfig(
+        n_layers=config.n_layer, d_model=config.d_model, n_ctx=config.n_ctx, d_head=config.d_head,
+        n_heads=config.n_head, d_mlp=config.d_mlp, d_vocab=config.vocab_size, d_vocab_out=config.vocab_size,
+        act_fn="gelu", eps=config.ln_eps, normalization_type="LN", positional_embedding_type="standard",
+        attention_dir="causal" if config.causal else "bidirectional", use_attn_scale=True,
+        init_weights=False, dtype=dtype, device="cpu", default_prepend_bos=False, tokenizer_name=None,
+    )
+
+
+def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The fixture's GPT-2 weights in TransformerLens' names and layout, each cast once to `dtype`.
+
+    Consumes `weights` (each array popped as it is converted). Only reshapes and transposes: no value
+    changes, so the float64 tensors are exactly the float32 weights upcast.
+    """
+    import torch
+    from parity_reference.model import sinusoidal_positions
+
+    H, d, dh = config.n_head, config.d_model, config.d_head
+
+    def take(name: str) -> torch.Tensor:
+        return torch.tensor(weights.pop(name), dtype=dtype)
+
+    wte = take("wte.weight")  # (V, d)
+    state: dict[str, torch.Tensor] = {"embed.W_E": wte, "unembed.W_U": wte.T.contiguous(),  # tied: W_U = W_E^T
+                                      "unembed.b_U": torch.zeros(config.vocab_size, dtype=dtype)}
+    if config.positions == "learned":
+        state["pos_embed.W_pos"] = take("wpe.weight")  # (n_ctx, d)
+    else:  # TransformerLens has no sinusoidal positions: the table, computed in float64, rounded once
+        state["pos_embed.W_pos"] = sinusoidal_positions(config.n_ctx, config.d_model, dtype)  # (n_ctx, d)
+    for i in range(config.n_layer):
+        h, b = f"h.{i}.", f"blocks.{i}."
+        state[b + "ln1.w"], state[b + "ln1.b"] = take(h + "ln_1.weight"), take(h + "ln_1.bias")
+        w_q, w_k, w_v = torch.split(take(h + "attn.c_attn.weight"), d, dim=1)  # 3 x (d, d): Conv1D, x @ W
+        for key, w in (("W_Q", w_q), ("W_K", w_k), ("W_V", w_v)):
+            state[b + "attn." + key] = w.reshape(d, H, dh).permute(1, 0, 2).contiguous()  # (H, d, dh)
+        b_q, b_k, b_v = take(h + "attn.c_attn.bias").reshape(3, H, dh)  # 3 x (H, dh)
+        state[b + "attn.b_Q"], state[b + "attn.b_K"], state[b + "attn.b_V"] = b_q, b_k, b_v
+        state[b + "attn.W_O"] = take(h + "attn.c_proj.weight").reshape(H, dh, d)  # (H, dh, d)
+        state[b + "attn.b_O"] = take(h + "attn.c_proj.bias")  # (d,)
+        state[b + "ln2.w"], state[b + "ln2.b"] = take(h + "ln_2.weight"), take(h + "ln_2.bias")
+        state[b + "mlp.W_in"], state[b + "mlp.b_in"] = take(h + "mlp.c_fc.weight"), take(h + "mlp.c_fc.bias")
+        state[b + "mlp.W_out"], state[b + "mlp.b_out"] = take(h + "mlp.c_proj.weight"), take(h + "mlp.c_proj.bias")
+    state["ln_final.w"], state["ln_final.b"] = take("ln_f.weight"), take("ln_f.bias")
+    return {k: v.contiguous() for k, v in state.items()}
+
+
+def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Precision) -> Any:
+    """A HookedTransformer in eval mode holding exactly the fixture's weights in the precision's dtype.
+
+    Loaded with `load_state_dict`, not `load_and_process_state_dict` (which rounds float64 through
+    float32); then every parameter is checked to be the tensor given, bit for bit.
+    """
+    import torch
+
+    dtype = torch.float32 if precision == "fp32" else torch.float64
+    state = tl_state_dict(weights, config, dtype)
+    with quiet():
+        from transformer_lens import HookedTransformer
+
+        model = HookedTransformer(tl_config(config, dtype), move_to_device=True)
+    params = dict(model.named_parameters())
+    if set(params) != set(state):
+        missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+        raise BackendFailed(f"TransformerLens' parameters differ from the converted weights: "
+                            f"unfilled {missing[:3]}, unknown {extra[:3]}")
+    with torch.no_grad():
+        model.load_state_dict(state, strict=False)  # copies into the dtype's parameters; buffers keep theirs
+    for name, p in model.named_parameters():
+        if p.dtype != dtype or not torch.equal(p, state[name]):
+            raise BackendFailed(f"TransformerLens changed parameter {name!r} while loading it ({p.dtype})")
+    return model.eval()
+
+
+class TransformerLensBackend(Backend):
+    name: ClassVar[str] = "transformerlens"
+    description: ClassVar[str] = "TransformerLens' HookedTransformer (exact GELU, unprocessed weights), taps from hooks"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    requires: ClassVar[tuple[str, ...]] = ("torch", "transformer_lens")
+    install_hint: ClassVar[str] = "pip install 'parity-harness[transformerlens]'"
+    streams: ClassVar[bool] = True
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        return dict(self.run_cases(fixture, precision))
+
+    def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        import torch
+
+        config = fixture.config
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
+        model = tl_model(weights, config, precision)  # pops each array as it converts it
+        wanted = self.supported_taps(fixture)
+        hooks = set(wanted) - {"logits", "probs"} - {f"logit_lens.{k}" for k in range(config.n_layer + 1)}
+        lens_rows = fixture.lens_rows()
+        last = slice(None) if lens_rows is None else slice(-lens_rows, None)
+        for case in fixture.cases:
+            # Bad input is one clear line (a ParityError), never TransformerLens' IndexError.
+            if not 1 <= len(case.tokens) <= config.n_ctx:
+                raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
+            bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
+            if bad:
+                raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
+            tokens = torch.tensor([list(case.tokens)], dtype=torch.int64)  # (1, T)
+            with quiet(), torch.no_grad():
+                logits, cache = model.run_with_cache(tokens, return_type="logits", names_filter=lambda n: n in hooks)
+                taps: dict[str, torch.Tensor] = {name: cache[name][0] for name in hooks}  # batch axis dropped
+                taps["logits"] = logits[0]  # (T, V)
+                taps["probs"] = torch.softmax(logits[0, last], dim=-1)  # (rows, V)
+                # The logit lens: each block's input, and the last block's output, through TL's ln_final, unembed.
+                streams = cache.accumulated_resid(incl_mid=False)  # (L + 1, 1, T, d)
+                for k in range(config.n_layer + 1):
+                    lens = model.unembed(model.ln_final(streams[k][:, last]))[0]  # (rows, V)
+                    taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)
+            yield case.name, {tap: taps[tap].detach().contiguous().numpy().copy() for tap in wanted}
