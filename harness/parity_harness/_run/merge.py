@@ -40,6 +40,9 @@ T = TypeVar("T")
 __all__ = ["MergeError", "merge_reports", "read_report"]
 
 
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
 def _build(cls: type[T], row: Any, path: Path, what: str, **extra: Any) -> T:
     """A report dataclass from a JSON object: known fields only (later additions to schema 1 are ignored)."""
     if not isinstance(row, dict):
@@ -50,8 +53,20 @@ def _build(cls: type[T], row: Any, path: Path, what: str, **extra: Any) -> T:
         if not _conforms(value, hints[key]):
             raise MergeError(f"{path}: malformed report: {what}.{key} is {_show(value)}, "
                              f"expected {_type_name(hints[key])}")
-    # JSON writes an infinite error as null (parity_harness/_views/console.py): a plain float field that is null was
-    # infinite.
+    # JSON writes a non-finite number as null and names it in "nonfinite" (parity_harness/_views/console.py); a
+    # report written before "nonfinite" existed had only infinite errors there: a plain float that is null was inf.
+    nonfinite = row.get("nonfinite")
+    if nonfinite is not None:
+        if not isinstance(nonfinite, dict) or not all(isinstance(v, str) and v in _NONFINITE
+                                                      for v in nonfinite.values()):
+            raise MergeError(f"{path}: malformed report: {what}.nonfinite is {_show(nonfinite)}, expected "
+                             "{field: \"inf\" | \"-inf\" | \"nan\"}")
+        for key, text in nonfinite.items():
+            if key in known and known[key] is not None:
+                raise MergeError(f"{path}: malformed report: {what}.{key} is {_show(known[key])}, but nonfinite "
+                                 f"names it {text!r}")
+            if key in hints:
+                known[key] = _NONFINITE[text]
     known.update({k: math.inf for k, v in known.items() if v is None and hints[k] is float})
     known.update({k: hints[k](v) for k, v in known.items() if _is_enum(hints[k])})  # "ok" -> Status.OK
     try:

@@ -61,8 +61,12 @@ Step 0 is the prefill; each step k >= 1 feeds one token. `margin` is the golden'
 that step. A decoding failure (a "fail" result or greedy row) makes `passed` false and the exit code 1;
 a near-tie does not.
 
-`status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. Infinite
-errors (structural failures: shape, dtype, NaN, infinity mismatch) are written as null.
+`status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. JSON holds no
+infinity or NaN: such a number (an infinite error of a structural failure: shape, dtype, NaN, infinity
+mismatch; a -inf cell of a masked score) is written as null, and the object holding it names it in an
+added member, `"nonfinite": {field: "inf" | "-inf" | "nan"}` (added in version 1: a reader that knows it
+restores the value; an older reader sees the nulls it always saw). The whole schema is a file,
+parity_harness/_views/report.schema.json, checked against real reports by tests/test_report_schema.py.
 
 Also added in version 1: `usable`. A command that ends in an error (exit 2, or 130 when interrupted)
 after its report paths were checked writes, instead of a report, a marker that `parity merge` refuses
@@ -95,12 +99,29 @@ SCHEMA_VERSION = 1
 DUMP = RunStatus.DUMP  # a run's status when its outputs were read from a dump (`parity compare`)
 
 
+NONFINITE = "nonfinite"  # the key that names, in an object, each of its numbers that JSON cannot hold
+
+
+def _nonfinite_text(value: float) -> str:
+    return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+
+
 def _finite(obj: Any) -> Any:
-    """Replace infinities and NaN by None so the JSON is strict."""
+    """The report as strict JSON, with every non-finite number made explicit.
+
+    A number that is infinite or NaN is written as null, and the object that holds it gets a `"nonfinite"`
+    member naming it: `{"max_abs": null, ..., "nonfinite": {"max_abs": "inf"}}` ("inf", "-inf" or "nan"). A
+    null that `nonfinite` does not name is a value that is absent (a tap not supported). Inside a list of
+    numbers (a cell index) there are none.
+    """
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        out = {k: _finite(v) for k, v in obj.items()}
+        named = {k: _nonfinite_text(v) for k, v in obj.items() if isinstance(v, float) and not math.isfinite(v)}
+        if named:
+            out[NONFINITE] = named
+        return out
     if isinstance(obj, list):
         return [_finite(v) for v in obj]
     return obj
