@@ -162,12 +162,14 @@ def test_generate_prints_every_backend_side_by_side() -> None:
     assert lines[0] == 'parity generate: prompt ". the cat" (3 tokens), 8 greedy steps'
     table = [line for line in lines[2:] if not line.startswith(("decod", "AGREE"))]
     rows = {line.split("  ")[0].strip(): line.split()[2:] for line in table}
-    assert set(rows) == {"pytorch fp32", "pytorch fp64", "numpy fp32", "numpy fp64", "onnxruntime fp32",
-                         "typescript fp64"}
+    from tests.test_parity_full import BUILTIN_PRECISIONS, DECODING_BACKENDS
+
+    expected = {f"{b} {p}" for b in DECODING_BACKENDS for p in BUILTIN_PRECISIONS[b]}
+    assert set(rows) == expected
     words = next(iter(rows.values()))
     assert len(words) == 8 and all(w == words for w in rows.values())
-    assert lines[-1] == ('AGREE: 6 backend x precision runs continue ". the cat" with the same 8 words: '
-                         + " ".join(words))
+    assert lines[-1] == (f'AGREE: {len(expected)} backend x precision runs continue ". the cat" with the same 8 '
+                         "words: " + " ".join(words))
 
 
 def test_generate_exits_1_when_a_port_continues_differently(tmp_path: Path) -> None:

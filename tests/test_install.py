@@ -36,7 +36,7 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out),
                            str(source)], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (wheel,) = out.glob("parity-*.whl")
+    (wheel,) = out.glob("parity_harness-*.whl")
     site = out / "site"
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
