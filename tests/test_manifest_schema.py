@@ -60,8 +60,8 @@ def test_each_field_error_is_one_line_naming_the_field(
 
 def test_the_docs_field_reference_is_generated_from_the_schema() -> None:
     text = DOC.read_text(encoding="utf-8")
-    block = re.search(r"<!-- generated from parity_harness/_fixture/manifest.schema.json: begin -->\n(.*)\n"
-                      r"<!-- generated from parity_harness/_fixture/manifest.schema.json: end -->", text, re.S)
+    block = re.search(r"<!-- generated from harness/parity_harness/_fixture/manifest.schema.json: begin -->\n(.*)\n"
+                      r"<!-- generated from harness/parity_harness/_fixture/manifest.schema.json: end -->", text, re.S)
     assert block is not None, "the generated block is missing from docs/fixture-format.md"
     assert block.group(1) == schema_markdown(), "regenerate it: see docs/fixture-format.md, 'The schema'"
     for key in manifest_schema()["required"]:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from parity_harness import api
 from parity_harness._backends.base import BackendOutput, Precision
 from parity_harness._backends.numpy_backend import NumpyBackend
@@ -21,6 +20,7 @@ from parity_harness._fixture.fixture import Fixture
 from parity_harness._run.merge import merge_reports
 from parity_harness._views.console import report_json, unusable_json
 from parity_harness._views.report_schema import report_problems
+
 from tests.conftest import run_cli
 
 BROKEN_TAP = "blocks.0.hook_attn_out"

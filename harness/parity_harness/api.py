@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -43,6 +43,7 @@ __all__ = [
     "compare_dumps",
     "failure_message",
     "load",
+    "merge",
     "render",
     "run",
 ]
@@ -142,6 +143,7 @@ def run(
     decoding: bool = True,
     budget: bool = False,
     keep_outputs: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Run each backend (a registered name or an instance) in each requested precision it computes in,
     through the boundary, and compare every tap; then, unless `decoding` is False, check incremental
@@ -149,7 +151,8 @@ def run(
 
     Returns the Report: truthy exactly when it passes (`report.passed`); falsy on a disagreement and
     when nothing was compared. `budget`: also measure the error budget (the JSON report's `budget`);
-    `keep_outputs`: keep every output in `report.outputs`. Raises `ParityError` for bad input (an
+    `keep_outputs`: keep every output in `report.outputs`; `progress`: called with one line as each backend
+    and precision starts (the CLI prints them). Raises `ParityError` for bad input (an
     unknown backend or precision, a broken fixture, missing dependencies) and `BackendFailed` (also a
     `ParityError`) for a backend that crashed or returned something malformed.
     """
@@ -158,7 +161,7 @@ def run(
     wanted = _precisions(precisions)
     from parity_harness._run.runner import run_parity
 
-    return run_parity(fx, chosen, wanted, progress=None, keep_outputs=keep_outputs, decoding=decoding,
+    return run_parity(fx, chosen, wanted, progress=progress, keep_outputs=keep_outputs, decoding=decoding,
                       budget=budget)
 
 
@@ -176,6 +179,17 @@ def compare_dumps(
     if not items:
         raise ParityError("paths: give at least one dump file")
     return judge_dumps(_fixture(fixture), [Path(p) for p in items], budget=budget)
+
+
+def merge(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Report:
+    """One Report from the JSON reports of sharded runs of one fixture (`parity merge`), each checked against
+    its own rows first (docs/reports.md); `ParityError` naming the file for one that cannot be merged."""
+    from parity_harness._run.merge import merge_reports
+
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise ParityError("paths: give at least one JSON report")
+    return merge_reports([Path(p) for p in items])
 
 
 # -- rendering -------------------------------------------------------------------------------------

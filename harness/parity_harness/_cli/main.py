@@ -89,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, names: list[str] | None) -> int:
-    from parity_harness._run.runner import run_parity
+    from parity_harness import api
     from parity_harness._views.console import print_report, write_json
 
     fixture = load_fixture(args.fixture, allow_loose_tolerances=args.allow_loose_tolerances)
@@ -117,9 +117,9 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
         print(f"parity: skipped: {line}")
     if skipped and args.no_skip:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
-    report = run_parity(fixture, backends, _precisions(args.precision),
-                        progress=None if args.quiet else _progress, keep_outputs=bool(args.save_outputs),
-                        budget=args.budget or args.json is not None)
+    report = api.run(backends, fixture, _precisions(args.precision),
+                     progress=None if args.quiet else _progress, keep_outputs=bool(args.save_outputs),
+                     budget=args.budget or args.json is not None)
     report.skipped = skipped
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     _write_extra_reports(args, report, fixture)
@@ -179,7 +179,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from parity_harness._run.dump import compare_dumps
+    from parity_harness import api
     from parity_harness._views.console import print_report, write_json
 
     fixture = load_fixture(args.fixture)
@@ -189,7 +189,7 @@ def _compare(args: argparse.Namespace) -> int:
         check_plot_path(Path(args.plot))
         require_matplotlib()
     fixture.check_before_running()
-    report = compare_dumps(fixture, [Path(p) for p in args.dumps], budget=args.budget or args.json is not None)
+    report = api.compare_dumps([Path(p) for p in args.dumps], fixture, budget=args.budget or args.json is not None)
     dumps = ", ".join(f"{run.backend} {run.precision}" for run in report.runs)
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"dumps: {dumps}")
@@ -209,10 +209,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from parity_harness._run.merge import merge_reports
+    from parity_harness import api
     from parity_harness._views.console import print_report, write_json
 
-    report = merge_reports([Path(p) for p in args.reports])
+    report = api.merge([Path(p) for p in args.reports])
     backends = ", ".join(dict.fromkeys(run.backend for run in report.runs))
     print(f"parity: merged {len(args.reports)} reports of fixture {report.fixture} ({report.fixture_id[:19]}...); "
           f"backends: {backends or 'none'}")

@@ -1,4 +1,4 @@
-"""Load and validate a fixture directory (manifest.json + safetensors), without torch.
+"""A fixture directory: its manifest (parsed as pure data by parity_harness/_fixture/manifest.py) and its files.
 
 Everything a backend or the comparison reads goes through here, so every check happens once:
 strict JSON (parity_harness/_core/strict_json.py), the schema (parity_harness/_fixture/schema.py), then what the schema
@@ -20,52 +20,35 @@ import hashlib
 import math
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from parity_reference.config import GPTConfig, param_shapes
-from parity_reference.taps import tap_names as expected_tap_names
+from parity_reference.config import param_shapes
 from parity_reference.taps import tap_shape_template
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.input_files import MAX_MANIFEST_BYTES
 from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
 from parity_harness._core.strict_json import load_json_object
-from parity_harness._fixture.schema import SEAL_KEY, manifest_digest, validate_manifest
-from parity_harness._fixture.tolerances import default_problems, override_problems, tap_magnitude, tap_range
+from parity_harness._fixture.manifest import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    Case,
+    Manifest,
+    TierTolerances,
+    Tolerance,
+    check_file_name,
+    check_format,
+    parse_manifest,
+)
+from parity_harness._fixture.tolerances import tap_magnitude
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import Decoding
 
-FORMAT_NAME = "parity-fixture"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str  # unique; the prefix of the case's keys in golden files ("{name}/{tap}")
-    tokens: tuple[int, ...]  # token ids, 1 <= len <= n_ctx
-    kind: str = ""  # why it is there: "grammar", "random", "single", "longest", ...
-    text: str = ""  # the words, for people
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float
-    rtol: float
-
-
-@dataclass(frozen=True)
-class TierTolerances:
-    default: Tolerance
-    overrides: dict[str, Tolerance] = field(default_factory=dict)
-
-    def for_tap(self, tap: str) -> Tolerance:
-        return self.overrides.get(tap, self.default)
 
 
 def sha256_file(path: Path) -> str:
@@ -104,124 +87,22 @@ class Fixture:
         self.manifest = manifest
         self.manifest_path = root / MANIFEST
         self.allow_loose_tolerances = allow_loose_tolerances
-        problem = validate_manifest(manifest)
-        if problem is not None:
-            raise self._fail(problem)
-        self.config = self._parse_config()
-        self.vocab: list[str] = self._parse_vocab()
-        self.cases: list[Case] = self._parse_cases()
-        self.tap_names: list[str] = self._parse_taps()
-        # Taps whose golden keeps only the last positions ("rows", docs/fixture-format.md).
-        self.tap_rows: dict[str, int] = {t["name"]: t["rows"] for t in manifest["taps"] if "rows" in t}
-        self.loose: list[str] = []  # tolerances beyond their ceiling (only with allow_loose_tolerances)
-        self.tolerances: dict[Precision, TierTolerances] = {p: self._parse_tolerances(p) for p in PRECISIONS}
-        self.files: dict[str, Any] = self._require(manifest, "files", dict)
-        self.seal: str = self._check_seal()
-        self._check_hashes()
+        self.spec: Manifest = parse_manifest(manifest, str(self.manifest_path), allow_loose_tolerances)  # pure
+        self.config = self.spec.config
+        self.vocab: list[str] = list(self.spec.vocab)
+        self.cases: list[Case] = list(self.spec.cases)
+        self.tap_names: list[str] = list(self.spec.tap_names)
+        self.tap_rows: dict[str, int] = dict(self.spec.tap_rows)
+        self.loose: list[str] = list(self.spec.loose)  # grows when a golden's magnitudes break an override's ceiling
+        self.tolerances: dict[Precision, TierTolerances] = dict(self.spec.tolerances)
+        self.files: dict[str, Any] = copy.deepcopy(self.spec.files)
+        self.seal: str = self.spec.seal
+        self._check_hashes()  # the IO: every listed file read once, against its sha256
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
         self._validated: set[Precision] = set()  # golden files checked by `validate_golden`
 
-    # -- manifest parsing -------------------------------------------------------------------
-    def _fail(self, what: str) -> FixtureError:
-        return FixtureError(f"{self.manifest_path}: {what}")
-
-    def _require(self, obj: dict[str, Any], key: str, kind: type, where: str = "") -> Any:
-        if key not in obj:
-            raise self._fail(f"missing key {where}{key!r}")
-        value = obj[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self._fail(f"{where}{key!r} must be a {kind.__name__}, got {type(value).__name__}")
-        return value
-
-    def _parse_config(self) -> GPTConfig:
-        raw = self._require(self.manifest, "config", dict)
-        try:
-            return GPTConfig.from_dict(raw)
-        except (TypeError, ValueError) as exc:
-            raise self._fail(f"bad config: {exc}") from None
-
-    def _parse_vocab(self) -> list[str]:
-        vocab = self._require(self.manifest, "vocab", list)
-        if len(vocab) != self.config.vocab_size or not all(isinstance(w, str) for w in vocab):
-            raise self._fail(f"vocab must be {self.config.vocab_size} strings, got {len(vocab)} entries")
-        return list(vocab)
-
-    def _parse_cases(self) -> list[Case]:
-        raw_cases = self._require(self.manifest, "cases", list)
-        if not raw_cases:
-            raise self._fail("no cases")
-        cases: list[Case] = []
-        seen: set[str] = set()
-        for i, raw in enumerate(raw_cases):
-            if not isinstance(raw, dict):
-                raise self._fail(f"case #{i} is not an object")
-            name = self._require(raw, "name", str, f"cases[{i}].")
-            if not name or "/" in name or name in seen:
-                raise self._fail(f"case #{i}: name {name!r} is empty, contains '/', or is repeated")
-            seen.add(name)
-            tokens = self._require(raw, "tokens", list, f"case {name!r}: ")
-            if not tokens:
-                raise self._fail(f"case {name!r}: empty token sequence")
-            if len(tokens) > self.config.n_ctx:
-                raise self._fail(
-                    f"case {name!r}: {len(tokens)} tokens, longer than the context ({self.config.n_ctx})"
-                )
-            for t in tokens:
-                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.config.vocab_size:
-                    raise self._fail(
-                        f"case {name!r}: token id {t!r} out of range [0, {self.config.vocab_size})"
-                    )
-            cases.append(Case(name, tuple(tokens), str(raw.get("kind", "")), str(raw.get("text", ""))))
-        return cases
-
-    def _parse_taps(self) -> list[str]:
-        raw_taps = self._require(self.manifest, "taps", list)
-        names = [t.get("name") if isinstance(t, dict) else None for t in raw_taps]
-        expected = expected_tap_names(self.config.n_layer)
-        if names != expected:
-            missing = [t for t in expected if t not in names]
-            extra = [t for t in names if t not in expected]
-            detail = f"missing {missing}" if missing else f"unknown {extra}" if extra else "wrong order"
-            raise self._fail(f"taps do not match the model's tap list ({detail})")
-        for t in raw_taps:
-            if t.get("shape") != tap_shape_template(self.config, t["name"]):
-                raise self._fail(f"tap {t['name']!r}: shape {t.get('shape')} does not match the config")
-        return expected
-
-    def _parse_tolerances(self, precision: Precision) -> TierTolerances:
-        """Finite, non-negative (the schema, strict JSON), and within the tier's ceiling."""
-        tiers = self._require(self.manifest, "tolerances", dict)
-        tier = self._require(tiers, precision, dict, "tolerances.")
-
-        def tol(obj: dict[str, Any], where: str) -> Tolerance:
-            atol = self._require(obj, "atol", float, where)
-            rtol = self._require(obj, "rtol", float, where)
-            if not (0 <= atol < float("inf") and 0 <= rtol < float("inf")):
-                raise self._fail(f"{where}: negative or non-finite tolerance")
-            return Tolerance(atol, rtol)
-
-        overrides = tier.get("overrides", {})
-        if not isinstance(overrides, dict):
-            raise self._fail(f"tolerances.{precision}.overrides must be an object")
-        for tap in overrides:
-            if tap not in self.tap_names:
-                raise self._fail(f"tolerances.{precision}.overrides: unknown tap {tap!r}")
-        default = tol(tier, f"tolerances.{precision}.")
-        self._loose(default_problems(precision, default.atol, default.rtol))
-        return TierTolerances(
-            default, {tap: tol(v, f"tolerances.{precision}.overrides.{tap}.") for tap, v in overrides.items()}
-        )
-
-    def _loose(self, problems: list[str]) -> None:
-        """Tolerances beyond their ceiling: refused, or recorded when loose tolerances are allowed."""
-        if problems and not self.allow_loose_tolerances:
-            raise self._fail(f"{problems[0]}; a tolerance that loose lets wrong numbers pass "
-                             "(see docs/tolerances.md; --allow-loose-tolerances runs anyway and flags every report)")
-        self.loose += problems
-
+    # -- reading files ----------------------------------------------------------------------
     def _check_overrides(self, precision: Precision, golden: dict[str, dict[str, np.ndarray]]) -> None:
         """Each per-tap override against its ceiling (`_check_override_ceilings`), from goldens in memory."""
         if self.tolerances[precision].overrides:
@@ -229,41 +110,12 @@ class Fixture:
                 tap: tap_magnitude(golden[c.name][tap] for c in self.cases) for tap in self.tap_names})
 
     def _check_override_ceilings(self, precision: Precision, magnitude: dict[str, float]) -> None:
-        """Each per-tap override against the ceiling scaled by the largest golden magnitude up to that tap.
-
-        `magnitude[tap]`: the largest finite |golden| of that tap over every case. Up to: of that tap
-        and of every tap before it in dataflow order. Round-off carried from upstream scales with what
-        the computation has carried: a softmax after scores of 1e4 is as far off as those scores'
-        round-off (docs/tolerances.md). A bounded tap (probabilities, `tap_range`) counts it only up to
-        a multiple of its own range, so no override can make uniform probabilities pass.
-        """
-        overrides = self.tolerances[precision].overrides
-        carried = 0.0
-        for tap in self.tap_names:
-            carried = max(carried, magnitude.get(tap, 0.0))
-            if tap in overrides:
-                tol = overrides[tap]
-                self._loose(override_problems(precision, tap, tol.atol, tol.rtol, carried,
-                                              tap_range(self.config, tap)))
-
-    def _check_seal(self) -> str:
-        """The manifest's own hash: any edit (a tolerance, a hash, a case) needs a deliberate re-seal."""
-        actual = manifest_digest(self.manifest)
-        if self.manifest[SEAL_KEY] != actual:
-            raise self._fail(
-                f"manifest_sha256 mismatch (manifest says {str(self.manifest[SEAL_KEY])[:12]}..., content is "
-                f"{actual[:12]}...): the manifest was edited after it was sealed; review the change, then "
-                "re-seal with `parity seal --fixture DIR`"
-            )
-        return actual
+        """Each per-tap override against its ceiling, from the goldens' magnitudes (`Manifest.override_problems`)."""
+        self.loose += self.spec.refuse_or_record(self.spec.override_problems(precision, magnitude))
 
     def _check_hashes(self) -> None:
-        hashes = self._require(self.manifest, "sha256", dict)
-        for name in self._file_names():
-            self._safe_path(name)  # a name pointing outside the fixture is refused before anything else
-            if name not in hashes:
-                raise self._fail(f"no sha256 for {name!r}")
-        for name, digest in hashes.items():
+        """Every file the manifest hashes is a regular file inside the directory, with that sha256."""
+        for name, digest in self.spec.hashes.items():
             path = fixture_file(self.root, name, self.manifest_path)  # a regular file inside the directory
             actual = sha256_file(path)
             if actual != digest:
@@ -271,16 +123,6 @@ class Fixture:
                     f"{path}: sha256 mismatch (manifest {str(digest)[:12]}..., file {actual[:12]}...); "
                     "the file changed since the manifest was written"
                 )
-
-    def _file_names(self) -> list[str]:
-        names = [self._require(self.files, "weights", str, "files.")]
-        golden = self._require(self.files, "golden", dict, "files.")
-        names += [self._require(golden, p, str, "files.golden.") for p in PRECISIONS]
-        onnx = self.files.get("onnx", {})
-        names += [v for v in onnx.values() if isinstance(v, str)] if isinstance(onnx, dict) else []
-        decoding = self.files.get("decoding", {})  # optional (parity_harness/_fixture/decoding.py)
-        names += [v for v in decoding.values() if isinstance(v, str)] if isinstance(decoding, dict) else []
-        return names
 
     def _safe_path(self, name: str) -> Path:
         return safe_name(self.root, name, self.manifest_path)
@@ -486,7 +328,7 @@ class Fixture:
     def for_backend(self) -> Fixture:
         """A private copy for a backend: its own manifest, cases, taps, tolerances; the same read-only arrays."""
         clone = copy.copy(self)
-        for attr in ("manifest", "files", "vocab", "cases", "tap_names", "tap_rows", "tolerances", "loose"):
+        for attr in ("manifest", "spec", "files", "vocab", "cases", "tap_names", "tap_rows", "tolerances", "loose"):
             setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
         clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
         clone._weights = dict(self._weights) if self._weights is not None else None
@@ -534,24 +376,8 @@ def load_fixture(root: str | Path, allow_loose_tolerances: bool = False) -> Fixt
 
 def fixture_from_manifest(root: Path, manifest: dict[str, Any], allow_loose_tolerances: bool = False) -> Fixture:
     """Validate a manifest (already read, or about to be written by `parity seal`) as the fixture at `root`."""
-    manifest_path = root / MANIFEST
-    if manifest.get("format") != FORMAT_NAME:
-        raise FixtureError(f"{manifest_path}: not a parity fixture (format is {_json(manifest.get('format'))})")
-    version = manifest.get("format_version")
-    if type(version) is not int or version != FORMAT_VERSION:  # not true, not 1.0
-        raise FixtureError(
-            f"{manifest_path}: unknown fixture format version {_json(version)} "
-            f"(this parity reads version {FORMAT_VERSION}, an integer); regenerate it with `parity export` "
-            "or upgrade parity"
-        )
+    check_format(manifest, str(root / MANIFEST))
     return Fixture(root, manifest, allow_loose_tolerances)
-
-
-def _json(value: object) -> str:
-    import json
-
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -560,14 +386,11 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def safe_name(root: Path, name: object, manifest_path: Path) -> Path:
-    """`root / name` for a file name from a manifest: a plain name (no `/`, `\\`, `..`, NUL, not absolute).
+    """`root / name` for a file name from a manifest: a plain name (`manifest.check_file_name`).
 
     Checked before any file is opened (`parity seal --rehash-files` too); FixtureError naming the manifest.
     """
-    if (not isinstance(name, str) or not name or name in (".", "..") or any(c in name for c in "/\\\0")
-            or Path(name).is_absolute() or len(name.encode("utf-8", "surrogateescape")) > 255):
-        raise FixtureError(f"{manifest_path}: file name {name!r} must be a plain name inside the fixture directory")
-    return root / name
+    return root / check_file_name(name, str(manifest_path))
 
 
 def fixture_file(root: Path, name: object, manifest_path: Path) -> Path:
@@ -599,3 +422,8 @@ def too_big(fixture: Fixture, limit: int, why: str) -> str | None:
     """A backend's `declines` reason when the fixture's model has more than `limit` parameters, else None."""
     n = fixture.parameter_count()
     return f"declined above {limit:,} parameters (this model has {n:,}): {why}" if n > limit else None
+
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MANIFEST", "Case", "Fixture", "Manifest", "TierTolerances", "Tolerance",
+           "default_fixture_dir", "fixture_file", "fixture_from_manifest", "load_fixture", "read_manifest",
+           "read_safetensors", "row_axis", "safe_name", "sha256_file", "too_big"]
