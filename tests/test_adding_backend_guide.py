@@ -9,7 +9,9 @@ Markers in the guide (HTML comments, invisible when rendered), each right before
   packages (tests/test_plugin.make_child_env), so no network is used and the running environment
   is never changed;
 - `<!-- guide-excerpt: FILE -->`: every line of the block (but `...`) appears in FILE, verbatim;
-- `<!-- guide-check: compile -->`: the block is valid Python.
+- `<!-- guide-check: compile -->`: the block is valid Python;
+- `<!-- guide-onnx-step: ... -->`: as `guide-step`, the second walk-through (an ONNX runtime), run on
+  its own, on a fixture that ships its ONNX graphs.
 The working directory holds `fixtures/toy`, a fixture built from random weights, as a checkout would.
 """
 
@@ -27,12 +29,12 @@ from tests.test_plugin import make_child_env, needs_cli, pip_install_command, ru
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "adding-a-backend.md"
-MARKER = re.compile(r"<!--\s*guide-(step|excerpt|check):\s*(.*?)\s*-->\s*\n```[\w-]*\n(.*?)\n```", re.DOTALL)
+MARKER = re.compile(r"<!--\s*guide-(step|onnx-step|excerpt|check):\s*(.*?)\s*-->\s*\n```[\w-]*\n(.*?)\n```", re.DOTALL)
 
 
 @dataclass(frozen=True)
 class Block:
-    kind: str  # "step", "excerpt" or "check"
+    kind: str  # "step", "onnx-step", "excerpt" or "check"
     spec: str  # what follows the colon in the marker
     body: str  # the code block's text
 
@@ -65,7 +67,7 @@ def test_excerpts_are_verbatim() -> None:
 
 def test_python_blocks_compile() -> None:
     marked = [b for b in blocks("check") if b.spec == "compile"]
-    marked += [b for b in blocks("step") if b.spec.endswith(".py")]
+    marked += [b for b in [*blocks("step"), *blocks("onnx-step")] if b.spec.endswith(".py")]
     assert len(marked) >= 2
     for block in marked:
         compile(block.body, f"{GUIDE.name}:{block.spec}", "exec")
@@ -80,22 +82,19 @@ def _command(python: Path, line: str) -> list[str]:
     raise AssertionError(f"the guide runs {words[0]!r}; teach this test how to run it")
 
 
-def test_guide_steps_run(tmp_path: Path) -> None:
-    needs_cli()
+def _run_steps(kind: str, work: Path, python: Path) -> list[str]:
+    """Every `guide-KIND` block in order: files written under `work`, commands run there; the lines run."""
     import subprocess
 
-    work = tmp_path / "checkout"
-    build_random_fixture(work / "fixtures" / "toy")
-    python = make_child_env(tmp_path / "venv")
     ran: list[str] = []
-    for block in blocks("step"):
-        kind, _, rest = block.spec.partition(" ")
-        if kind == "file":
+    for block in blocks(kind):
+        step, _, rest = block.spec.partition(" ")
+        if step == "file":
             path = work / rest
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(block.body + "\n")
             continue
-        assert kind == "run", block.spec
+        assert step == "run", block.spec
         expect = re.search(r'expect="([^"]*)"', rest)
         for line in block.body.splitlines():
             args = _command(python, line)
@@ -109,9 +108,20 @@ def test_guide_steps_run(tmp_path: Path) -> None:
                 assert expect.group(1) in proc.stdout, (
                     f"`{line}` did not print {expect.group(1)!r}:\n{output}"
                 )
-            broken = [ln for ln in proc.stdout.splitlines() if ln.startswith("mine ") and "broken" in ln]
+            broken = [ln for ln in proc.stdout.splitlines() if ln.startswith("mine") and "broken" in ln]
             assert not broken, output  # `parity backends` lists a backend that fails to import as broken
+            failed = [ln for ln in proc.stdout.splitlines() if ln.startswith("check-backend") and " FAIL " in ln]
+            assert not failed, output
             ran.append(line)
+    return ran
+
+
+def test_guide_steps_run(tmp_path: Path) -> None:
+    needs_cli()
+    work = tmp_path / "checkout"
+    build_random_fixture(work / "fixtures" / "toy")
+    python = make_child_env(tmp_path / "venv")
+    ran = _run_steps("step", work, python)
     assert len(ran) == 4
     # The last step wrote a report: the backend's rows, its unsupported taps reported as such.
     data = json.loads((work / "mine.json").read_text())
@@ -121,3 +131,22 @@ def test_guide_steps_run(tmp_path: Path) -> None:
     assert all(r["status"] == "not_supported" for r in rows if ".attn." in r["tap"])
     assert {r["golden"] for r in rows} == {"fp32", "fp64"}
     shutil.rmtree(work / "my-parity-backend")  # editable install: the child venv dies with tmp_path anyway
+
+
+def test_onnx_walkthrough_runs_in_under_60_lines(tmp_path: Path) -> None:
+    """The second walk-through: an ONNX runtime backend, under 60 lines, passes check-backend and the run."""
+    needs_cli()
+    source = next(b.body for b in blocks("onnx-step") if b.spec.endswith(".py"))
+    assert len(source.splitlines()) < 60
+    assert "runs_graph = True" in source
+    work = tmp_path / "checkout"
+    build_random_fixture(work / "fixtures" / "toy", onnx=True)
+    python = make_child_env(tmp_path / "venv")
+    ran = _run_steps("onnx-step", work, python)
+    assert [line.split()[:2] for line in ran] == [["pip", "install"], ["parity", "check-backend"], ["parity", "run"]]
+    data = json.loads((work / "mine-onnx.json").read_text())
+    assert data["passed"] is True
+    rows = [r for r in data["results"] if r["backend"] == "mine-onnx"]
+    assert rows and {r["status"] for r in rows} == {"ok"}  # every tap, in fp32
+    assert {r["golden"] for r in rows} == {"fp32"}
+    shutil.rmtree(work / "my-onnx-backend")

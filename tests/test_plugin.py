@@ -93,7 +93,7 @@ def run_harness(
 
 
 def needs_cli() -> None:
-    if not (REPO / "harness" / "parity_harness" / "cli" / "main.py").is_file() \
+    if not (REPO / "harness" / "parity_harness" / "_cli" / "main.py").is_file() \
             or not (REPO / "harness" / "parity_harness" / "__main__.py").is_file():
         pytest.skip("the parity CLI (parity_harness/_cli/main.py, parity_harness/__main__.py) is not there yet")
 

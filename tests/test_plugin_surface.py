@@ -40,4 +40,4 @@ def test_the_guide_and_the_example_plugin_import_parity_only_through_the_surface
     assert len(sources) >= 3
     for source in sources:
         modules = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
-        assert {m for m in modules if m.startswith("harness")} == {"parity_harness.plugin"}, modules
+        assert {m for m in modules if m.startswith("parity_harness")} == {"parity_harness.plugin"}, modules

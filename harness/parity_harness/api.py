@@ -144,6 +144,7 @@ def run(
     budget: bool = False,
     keep_outputs: bool = False,
     progress: Callable[[str], None] | None = None,
+    keep_on_crash: bool = False,
 ) -> Report:
     """Run each backend (a registered name or an instance) in each requested precision it computes in,
     through the boundary, and compare every tap; then, unless `decoding` is False, check incremental
@@ -152,7 +153,8 @@ def run(
     Returns the Report: truthy exactly when it passes (`report.passed`); falsy on a disagreement and
     when nothing was compared. `budget`: also measure the error budget (the JSON report's `budget`);
     `keep_outputs`: keep every output in `report.outputs`; `progress`: called with one line as each backend
-    and precision starts (the CLI prints them). Raises `ParityError` for bad input (an
+    and precision starts (the CLI prints them); `keep_on_crash`: a backend that crashes ends the run with
+    the report so far (`report.crash` holds the error, the report does not pass) instead of raising. Raises `ParityError` for bad input (an
     unknown backend or precision, a broken fixture, missing dependencies) and `BackendFailed` (also a
     `ParityError`) for a backend that crashed or returned something malformed.
     """
@@ -162,7 +164,7 @@ def run(
     from parity_harness._run.runner import run_parity
 
     return run_parity(fx, chosen, wanted, progress=progress, keep_outputs=keep_outputs, decoding=decoding,
-                      budget=budget)
+                      budget=budget, keep_on_crash=keep_on_crash)
 
 
 def compare_dumps(

@@ -20,9 +20,13 @@ The groups:
   `steps_to_output` (per-step logits and caches to the output's `step{k}/{tap}` keys);
 - the model's shapes and parameters: `GPTConfig`, `param_shapes` (Hugging Face names and shapes),
   `sinusoidal_positions` (the position table), `tap_names`, `tap_shape`, `tap_shape_template`;
-- the ONNX graph runner, for a plugin that runs the fixture's graphs on another runtime: `onnx_file`
-  (finds a graph and checks it: outputs, self-contained, the fixture's weights), `expected_outputs`,
-  `ort_runner` (an onnxruntime session as a runner), `run_cases` (every case through a runner),
+- the ONNX graph runner, for a plugin that runs the fixture's graphs on another runtime (set
+  `runs_graph = True`; docs/adding-a-backend.md walks through one): `onnx_file` (finds a graph of kind
+  "all_taps" or "logits", FixtureError when the manifest lists none, and checks that it embeds the
+  fixture's weights), `check_onnx_file` (the file parses, is self-contained, takes one int64 input
+  `INPUT_NAME` and outputs exactly `expected_outputs`), `expected_outputs` (the graph's output names),
+  `run_cases` (every case through a runner: a function from int64 tokens [T] to the graph's outputs,
+  a runtime's failure made BackendFailed), `ort_runner` (an onnxruntime session as a runner),
   `softmax_f32`, `INPUT_NAME`;
 - errors, each one line and exit 2: `ParityError`, `FixtureError` (bad input: raise it for an
   out-of-range token), `BackendFailed`, `BackendUnavailable`.
@@ -37,6 +41,7 @@ from parity_reference.taps import tap_names, tap_shape, tap_shape_template
 from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision, module_available
 from parity_harness._backends.onnx.graph import (
     INPUT_NAME,
+    check_onnx_file,
     expected_outputs,
     onnx_file,
     ort_runner,
@@ -51,7 +56,8 @@ from parity_harness._fixture.fixture import Case, Fixture, read_safetensors, too
 __all__ = [
     "DTYPES", "INPUT_NAME", "PRECISIONS", "Backend", "BackendFailed", "BackendOutput", "BackendUnavailable", "Case",
     "DecodeOutput", "DecodeRequest", "Fixture", "FixtureError", "GPTConfig", "ParityError", "Precision",
-    "expected_outputs", "module_available", "onnx_file", "ort_runner", "param_shapes", "read_safetensors",
+    "check_onnx_file", "expected_outputs", "module_available", "onnx_file", "ort_runner", "param_shapes",
+    "read_safetensors",
     "requests_for", "run_cases", "sinusoidal_positions", "softmax_f32", "steps_to_output", "tap_names", "tap_shape",
     "tap_shape_template", "too_big"
 ]

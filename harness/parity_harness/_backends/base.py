@@ -54,6 +54,10 @@ class Backend:
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs, checked before running
     install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity-harness[onnx]'"
     streams: ClassVar[bool] = False  # True: `run_cases` yields one case at a time (the harness uses it)
+    # True: it computes from the fixture's ONNX graph (model.onnx, ...), which embeds its own weights, not from
+    # weights.safetensors. `parity check-backend` then asks it to reject a fixture without the graph instead of
+    # a broken weights file (the harness checks weights.safetensors itself before any backend runs).
+    runs_graph: ClassVar[bool] = False
 
     def missing_dependencies(self) -> list[str]:
         """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""

@@ -8,7 +8,9 @@ goes through one of its methods. Every call:
 - gets a private view of the fixture (`Fixture.for_backend()`: its own manifest, cases and tolerances,
   read-only arrays), made anew for that call: what the harness judges with (its own `Fixture`, read
   before the call) is never handed to backend code, so nothing a backend does can change it;
-- runs under `parity_harness._backends.guard.call_backend`: anything it raises (every `BaseException`: `SystemExit`, a
+- runs under `parity_harness._backends.guard.call_backend`, with its deadline when PARITY_BACKEND_TIMEOUT
+  is set (seconds per case: `run` gets one per case, each `run_cases` step one): anything it raises
+  (every `BaseException`: `SystemExit`, a
   `KeyboardInterrupt` the user did not press, `GeneratorExit`, a custom class) becomes one line naming
   the backend and the call, exit 2;
 - has its result validated and copied by the rules below, written once, here.
@@ -16,7 +18,8 @@ goes through one of its methods. Every call:
 The rules of the contract (docs/adding-a-backend.md states them for authors):
 
 - declarations: `name` is the name it is registered under; `precisions` a non-empty subset of
-  fp32/fp64 without repeats; `requires` module names; `description` and `install_hint` strings. They are
+  fp32/fp64 without repeats; `requires` module names; `description` and `install_hint` strings;
+  `runs_graph` a bool. They are
   read once, when the wrapper is made, and the wrapper keeps its own copy.
 - `missing_dependencies()` returns a list of strings; `declines(fixture)` a reason (str) or None;
   `supported_taps(fixture)` a non-empty list of the fixture's taps without repeats;
@@ -84,6 +87,7 @@ class Declarations(NamedTuple):
     requires: tuple[str, ...]
     description: str
     install_hint: str
+    runs_graph: bool = False  # it computes from the fixture's ONNX graph, not weights.safetensors
 
 
 def read_declarations(backend: Backend, name: str) -> Declarations:
@@ -112,8 +116,12 @@ def read_declarations(backend: Backend, name: str) -> Declarations:
     for attr, value in (("description", description), ("install_hint", install_hint)):
         if not isinstance(value, str):
             raise BackendMisbehaved(f"backend {name!r}: {attr} must be a string")
+    runs_graph = getattr(backend, "runs_graph", False)
+    if type(runs_graph) is not bool:
+        raise BackendMisbehaved(f"backend {name!r}: runs_graph must be True or False, got "
+                                f"{one_line(repr(runs_graph))[:80]}")
     return Declarations(str(declared), tuple(precisions), tuple(str(m) for m in requires),  # type: ignore[arg-type]
-                        str(description), str(install_hint))
+                        str(description), str(install_hint), runs_graph)
 
 
 def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
@@ -253,6 +261,7 @@ class GuardedBackend:
         self.requires = declared.requires
         self.description = declared.description
         self.install_hint = declared.install_hint
+        self.runs_graph = declared.runs_graph
         self.entry: ForwardEntry = forward_entry(type(backend))
 
     @classmethod
@@ -269,8 +278,8 @@ class GuardedBackend:
     def __repr__(self) -> str:
         return f"GuardedBackend({self.name!r})"
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        return call_backend(self.name, what, fn)
+    def _call(self, what: str, fn: Callable[[], T], work: int = 1) -> T:
+        return call_backend(self.name, what, fn, work)
 
     # -- declarations that need code ----------------------------------------------------------
 
@@ -344,7 +353,7 @@ class GuardedBackend:
         what = f"{self.entry} ({precision})"
         if self.entry == "run":
             start = time.perf_counter()
-            output = self._call(what, lambda: self._backend.run(view, precision))
+            output = self._call(what, lambda: self._backend.run(view, precision), len(fixture.cases))
             clock[0] += time.perf_counter() - start
             checked = checked_output(self.name, fixture, output, supported)
             del output
@@ -389,7 +398,8 @@ class GuardedBackend:
         self._check_precision(precision)
         view = fixture.for_backend()
         asked = list(requests)  # the harness's own list: the backend gets a copy
-        output = self._call(f"decode ({precision})", lambda: self._backend.decode(view, precision, list(asked)))
+        output = self._call(f"decode ({precision})", lambda: self._backend.decode(view, precision, list(asked)),
+                            sum(1 + r.steps for r in asked))
         return checked_decode_output(self.name, precision, output, asked, decode_tap_names(fixture.config.n_layer))
 
     def _check_precision(self, precision: Precision) -> None:

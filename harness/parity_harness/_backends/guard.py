@@ -12,7 +12,10 @@ What this cannot stop is in docs/security.md: an in-process plugin can still cal
 
 from __future__ import annotations
 
+import math
 import signal
+import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -73,20 +76,86 @@ def genuine_interrupt() -> bool:
     return _sigint_seen
 
 
-def call_backend(name: str, what: str, fn: Callable[[], T]) -> T:
-    """`fn()` (backend code: `what` says which, e.g. "run (fp32)"); any failure is one line, exit 2."""
+def call_backend(name: str, what: str, fn: Callable[[], T], work: int = 1) -> T:
+    """`fn()` (backend code: `what` says which, e.g. "run (fp32)"); any failure is one line, exit 2.
+
+    A crash keeps its full traceback in the error's `detail` (`parity run -v` prints it). `work`: how many
+    cases the call computes, for the hang guard (`deadline`: PARITY_BACKEND_TIMEOUT seconds per case).
+    """
     try:
-        return fn()
+        with deadline(name, what, work):
+            return fn()
+    except BackendTimeout as exc:
+        raise BackendMisbehaved(str(exc)) from None
     except KeyboardInterrupt as exc:
         if genuine_interrupt() or not _handler_installed():
             raise
-        raise BackendMisbehaved(f"backend {name!r} crashed in {what}: {describe_exception(exc)}") from None
+        raise _crashed(name, what, exc) from None
     except ParityError as exc:
         if type(exc) in CORE_ERRORS:
             raise type(exc)(one_line(_text(exc))) from None
         raise BackendMisbehaved(f"backend {name!r} failed in {what}: {describe_exception(exc)}") from None
     except BaseException as exc:  # SystemExit, GeneratorExit, custom BaseException, any Exception
-        raise BackendMisbehaved(f"backend {name!r} crashed in {what}: {describe_exception(exc)}") from None
+        raise _crashed(name, what, exc) from None
+
+
+def _crashed(name: str, what: str, exc: BaseException) -> BackendMisbehaved:
+    """The one line of a crash, with the backend's full traceback as its `detail` (never raising)."""
+    error = BackendMisbehaved(f"backend {name!r} crashed in {what}: {describe_exception(exc)}")
+    try:
+        lines = traceback.format_exception(exc)
+        text = "".join(lines[-_TRACEBACK_LINES:])
+    except BaseException:  # a hostile __str__ or __traceback__: the one line is all there is
+        text = ""
+    error.detail = text if isinstance(text, str) else ""
+    return error
+
+
+# -- the hang guard ---------------------------------------------------------------------------------
+
+TIMEOUT_VARIABLE = "PARITY_BACKEND_TIMEOUT"
+_TRACEBACK_LINES = 400  # the last lines of a traceback kept (a deep recursion's is cut, its end is the cause)
+_armed = False
+
+
+class BackendTimeout(BaseException):
+    """Raised in the main thread by the alarm when a backend call overran its deadline (never by backend code)."""
+
+
+@contextmanager
+def deadline(name: str, what: str, work: int = 1) -> Iterator[None]:
+    """A guard against a hung in-process backend: `work` x $PARITY_BACKEND_TIMEOUT seconds for this call.
+
+    Unset (the default): no deadline. Set: a call that has not returned when it runs out ends the run with
+    one line naming the backend (BackendTimeout, made BackendMisbehaved by `call_backend`, exit 2). It is
+    a SIGALRM timer (`signal.setitimer`), so only on POSIX and in the main thread; elsewhere (Windows, a
+    worker thread) there is no deadline. The alarm interrupts Python code and interruptible waits (sleep,
+    a subprocess, a socket); a native call that never returns to Python is only stopped when it does.
+    A call made inside another's deadline runs under the outer one.
+    """
+    global _armed
+    from parity_harness._core.settings import seconds_from_env
+
+    seconds = seconds_from_env(TIMEOUT_VARIABLE, math.inf) * max(1, work)
+    if _armed or not math.isfinite(seconds) or not hasattr(signal, "setitimer") \
+            or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _expired(signum: int, frame: Any) -> None:
+        raise BackendTimeout(f"backend {name!r} did not return from {what} within {seconds:g} s "
+                             f"({TIMEOUT_VARIABLE}={seconds_from_env(TIMEOUT_VARIABLE, math.inf):g} s per case): "
+                             "it hangs, or the deadline is too short for this machine")
+
+    previous = signal.signal(signal.SIGALRM, _expired)
+    _armed = True
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        _armed = False
 
 
 def reraise_if_interrupt(exc: BaseException) -> None:

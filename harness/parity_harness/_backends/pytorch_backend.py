@@ -13,6 +13,7 @@ import numpy as np
 from parity_reference.run import reference_taps, torch_params
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.decoding import reference_decode
 
 if TYPE_CHECKING:
@@ -33,6 +34,11 @@ class PyTorchBackend(Backend):
         return dict(self.run_cases(fixture, precision))
 
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+        vocab_size = fixture.config.vocab_size
+        for case in fixture.cases:  # torch's embedding would raise an IndexError (a crash) on a bad id
+            bad = [t for t in case.tokens if not 0 <= t < vocab_size]
+            if bad:
+                raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {vocab_size})")
         weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         params = torch_params(weights, precision, consume=True)  # each float32 array freed once cast

@@ -1,9 +1,10 @@
 """The one place parity decides exit codes, from the verdicts the layers below return.
 
 0: every check compared agrees; 1: a disagreement; 2: bad input, usage or environment (a `ParityError`,
-and a run that compared nothing: never a silent pass); 130: interrupted. Everything below the CLI returns a
-`Verdict` (`parity_harness._core.status`) or raises, and never picks a number: the command line maps it
-here, and so does the JSON report's `exit_code` field, which says what `parity` exits with for that report.
+a run that compared nothing, and a run a backend crashed in: never a silent pass); 130: interrupted.
+Everything below the CLI returns a `Verdict` (`parity_harness._core.status`) or raises, and never picks
+a number: the command line maps it here, and so does the JSON report's `exit_code` field, which says
+what `parity` exits with for that report.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _BY_VERDICT: dict[Verdict, int] = {
     Verdict.AGREE: AGREE,
     Verdict.DISAGREE: DISAGREE,
     Verdict.NOTHING_COMPARED: BAD_INPUT,
+    Verdict.CRASHED: BAD_INPUT,  # the report of the runs before the crash is kept, and is not a pass
 }
 
 

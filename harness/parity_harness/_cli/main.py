@@ -23,10 +23,10 @@ from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._backends.guard import describe_exception, one_line, sigint_handler
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._cli.exit_codes import AGREE, BAD_INPUT, DISAGREE, INTERRUPTED, for_verdict
-from parity_harness._core.errors import BackendUnavailable, ParityError
+from parity_harness._core.errors import BackendMisbehaved, BackendUnavailable, ParityError
 from parity_harness._core.resources import stress_fixture_dir
-from parity_harness._core.sanitize import safe_streams
-from parity_harness._core.status import Verdict
+from parity_harness._core.sanitize import safe_streams, safe_text
+from parity_harness._core.status import RunStatus, Verdict
 from parity_harness._fixture.fixture import default_fixture_dir, load_fixture
 
 if TYPE_CHECKING:
@@ -119,17 +119,22 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = api.run(backends, fixture, _precisions(args.precision),
                      progress=None if args.quiet else _progress, keep_outputs=bool(args.save_outputs),
-                     budget=args.budget or args.json is not None)
+                     budget=args.budget or args.json is not None, keep_on_crash=True)
     report.skipped = skipped
+    if report.crash is not None and not any(r.status == RunStatus.RAN for r in report.runs):
+        raise report.crash  # no backend ran before it: the one line, and --json's unusable marker
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     _write_extra_reports(args, report, fixture)
-    _refuse_nothing_compared(report)
-    if args.save_outputs:
+    if report.crash is None:
+        _refuse_nothing_compared(report)
+    if args.save_outputs and report.crash is None:
         from parity_harness._run.dump import save_outputs
 
         save_outputs(report, fixture, Path(args.save_outputs))
     if args.json is not None:  # last: a run that fails before here (exit 2) leaves the unusable marker instead
-        write_json(report, Path(args.json))
+        write_json(report, Path(args.json))  # a crash: the runs before it, "passed": false, exit_code 2
+    if report.crash is not None:
+        _print_error(report.crash, args.verbose)
     return for_verdict(report.verdict)
 
 
@@ -630,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
             code = args.func(args)
             return code if code in (AGREE, DISAGREE) else BAD_INPUT
         except ParityError as exc:  # parity's own classes and a plugin's subclass alike: always 2
-            print(f"parity: error: {_message(exc)}", file=sys.stderr)
+            _print_error(exc, getattr(args, "verbose", False) is True)
             return BAD_INPUT
         except KeyboardInterrupt:  # a genuine Ctrl-C (a backend's own KeyboardInterrupt is caught earlier)
             print("parity: interrupted", file=sys.stderr)
@@ -647,6 +652,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"parity: error: internal error: {describe_exception(exc)} "
                   "(PARITY_DEBUG=1 shows the traceback)", file=sys.stderr)
             return BAD_INPUT
+
+
+def _print_error(exc: ParityError, verbose: bool) -> None:
+    """The one error line; for a backend crash (BackendMisbehaved.detail), its full traceback after it under -v
+    (sanitized), else a hint that -v shows it. A plain user error never gets a traceback."""
+    detail = getattr(exc, "detail", "") if isinstance(exc, BackendMisbehaved) else ""
+    hint = " (-v shows its traceback)" if detail and not verbose else ""
+    print(f"parity: error: {_message(exc)}{hint}", file=sys.stderr)
+    if detail and verbose:
+        print(safe_text(str(detail)).rstrip("\n"), file=sys.stderr)
 
 
 def _message(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ from parity_harness._core.status import RunStatus, Verdict
 
 if TYPE_CHECKING:
     from parity_harness._compare.decoding import DecodingReport
+    from parity_harness._core.errors import ParityError
 
 
 @dataclass
@@ -25,7 +26,7 @@ class BackendRun:
     backend: str
     precision: str
     seconds: float
-    status: RunStatus  # a backend that fails stops the run: BackendFailed, exit 2
+    status: RunStatus  # a backend that fails stops the run: status CRASHED (the error line in message), exit 2
     message: str = ""
 
 
@@ -47,6 +48,8 @@ class Report:
     supported: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
     # The decoding check (parity_harness/_run/decode_check.py); None when no decoding was attempted (dumps, merges).
     decoding: DecodingReport | None = None
+    # The error a backend stopped the run with (its run is listed with status CRASHED). Not written to JSON.
+    crash: ParityError | None = field(default=None, repr=False)
 
     @property
     def n_decoding_failed(self) -> int:
@@ -61,8 +64,14 @@ class Report:
         return sum(1 for r in self.results if r.passed is True)
 
     @property
+    def crashed(self) -> BackendRun | None:
+        """The run a backend crashed in (the run stopped there), or None."""
+        return next((r for r in self.runs if r.status == RunStatus.CRASHED), None)
+
+    @property
     def passed(self) -> bool:
-        return self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
+        return (self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
+                and self.crashed is None)
 
     def __bool__(self) -> bool:
         """A Report is truthy exactly when it passes (`passed`, `verdict` AGREE): false on a disagreement
@@ -87,7 +96,9 @@ class Report:
 
     @property
     def verdict(self) -> Verdict:
-        """AGREE, DISAGREE, or NOTHING_COMPARED (no check compared at all: never a silent pass)."""
+        """AGREE, DISAGREE, NOTHING_COMPARED (no check compared at all: never a silent pass), or CRASHED."""
+        if self.crashed is not None:
+            return Verdict.CRASHED
         if self.n_passed + self.n_failed == 0:
             return Verdict.NOTHING_COMPARED
         return Verdict.DISAGREE if self.n_failed or self.n_decoding_failed else Verdict.AGREE

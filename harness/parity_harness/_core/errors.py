@@ -21,4 +21,8 @@ class BackendFailed(ParityError):
 
 class BackendMisbehaved(BackendFailed):
     """Raised by the harness about a backend: it crashed (raised something not parity's), or what it returned
-    breaks the contract (_backends/boundary.py). A ParityError the backend raises itself stays its own."""
+    breaks the contract (_backends/boundary.py). A ParityError the backend raises itself stays its own.
+
+    `detail`: for a crash, the backend's full traceback (`parity run -v` prints it, sanitized); "" otherwise."""
+
+    detail: str = ""

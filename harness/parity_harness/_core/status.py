@@ -31,6 +31,7 @@ class RunStatus(StrEnum):
     RAN = "ran"  # run live and judged
     NOT_SUPPORTED = "not_supported"  # not run: the precision is not one it computes in, or it declined
     DUMP = "dump"  # its outputs were read from a dump (`parity compare`)
+    CRASHED = "crashed"  # it failed mid-run (message: the error line); the run stopped there, never a pass
 
 
 class Verdict(StrEnum):
@@ -39,6 +40,7 @@ class Verdict(StrEnum):
     AGREE = "agree"  # every check compared agrees
     DISAGREE = "disagree"  # at least one check disagrees
     NOTHING_COMPARED = "nothing_compared"  # every tap of every run 'not supported', or no run: never a pass
+    CRASHED = "crashed"  # a backend failed mid-run: the report keeps the runs before it, never a pass
 
     @classmethod
     def of(cls, agrees: bool) -> Verdict:

@@ -5,7 +5,8 @@ on the same fixture; one job then merges the files. The merged report holds ever
 results, tap summaries, first divergences, runs, budget rows and decoding checks, so its verdict and counts are
 those of one run of every backend. Refused (exit 2, one line naming the file): a file that is not
 a parity report, a schema version this parity does not read, the marker of a run that ended in an
-error (`"usable": false`), a report that disagrees with its own rows (parity_harness/_run/report_check.py),
+error (`"usable": false`), a report with a run a backend crashed in (status "crashed"), a report
+that disagrees with its own rows (parity_harness/_run/report_check.py),
 reports without a fixture id or of different fixtures or tolerances, reports whose results cover
 other cases or taps, and two reports holding the same backend x precision (forward or decoding).
 """
@@ -175,6 +176,14 @@ def read_report(path: Path) -> dict[str, Any]:
                          f"error (exit_code {doc.get('exit_code')!r}: {error}); not merged")
     if usable is not True:
         raise MergeError(f"{path}: malformed report: 'usable' is {usable!r}, expected true or false")
+    runs = doc.get("runs")
+    crashed = [r for r in runs if isinstance(r, dict) and r.get("status") == RunStatus.CRASHED] \
+        if isinstance(runs, list) else []
+    if crashed:
+        r = crashed[0]
+        raise MergeError(f"{path}: backend {one_line(str(r.get('backend', '?')))} crashed "
+                         f"({one_line(str(r.get('precision', '?')))}) in this run: "
+                         f"{one_line(str(r.get('message', '')))[:300]}; not merged")
     if not isinstance(doc.get("fixture_id"), str) or not doc["fixture_id"]:
         raise MergeError(f"{path}: the report has no fixture_id (written by an older parity): cannot tell "
                          "which fixture it is about")

@@ -14,10 +14,12 @@ import numpy as np
 from parity_reference.taps import tap_shape_template
 
 from parity_harness._backends.base import PRECISIONS, BackendOutput, Precision
-from parity_harness._backends.boundary import AnyBackend, guarded
+from parity_harness._backends.boundary import AnyBackend, GuardedBackend, guarded
+from parity_harness._backends.guard import one_line
 from parity_harness._compare.budget import BudgetAccumulator, reference_rows
 from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, FirstDivergence, fold, judge_tensor, name_index
 from parity_harness._compare.report import BackendRun, Report
+from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import tiers_for
 from parity_harness._core.status import RunStatus
 from parity_harness._fixture.fixture import Case, Fixture, row_axis
@@ -59,6 +61,7 @@ def run_parity(
     keep_outputs: bool = True,
     decoding: bool = True,
     budget: bool = True,
+    keep_on_crash: bool = False,
 ) -> Report:
     """Run every backend in every requested precision it supports, and compare.
 
@@ -66,6 +69,12 @@ def run_parity(
     with a streaming backend and a large fixture, memory holds one case of one backend.
     `budget`: also measure every result against the float64 truth (the error budget, `--budget`
     and the JSON report show it); False skips that work.
+
+    A backend that fails mid-run (any ParityError from its code or about what it returned) stops the run
+    with that error; with `keep_on_crash` (`parity run`) the report is returned instead: its run is
+    recorded with status CRASHED and the error in `report.crash`, the backends that ran before it keep
+    their results, and the report's verdict is CRASHED (exit 2, never a pass). Progress: one line per
+    backend x precision, and one per case for a backend that streams (`run_cases`).
 
     Then, unless `decoding` is False, the decoding check of every backend that supports it
     (parity_harness/_run/decode_check.py), when the fixture has decoding goldens.
@@ -75,6 +84,28 @@ def run_parity(
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
     for backend in guards:
+        try:
+            _run_backend(report, fixture, backend, wanted, say, keep_outputs, budget)
+        except ParityError as exc:  # raised from backend code or about it: the run stops
+            if not keep_on_crash:
+                raise
+            report.crash = exc
+            break
+    if decoding and report.crash is None:
+        from parity_harness._run.decode_check import run_decoding
+
+        report.decoding = run_decoding(fixture, guards, wanted, say)
+    finish_report(report, fixture)
+    return report
+
+
+def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, wanted: list[Precision],
+                 say: Progress, keep_outputs: bool, budget: bool) -> None:
+    """One backend in every wanted precision; a ParityError from its code is recorded as a CRASHED run and
+    re-raised (the runs before it stay in the report, judged)."""
+    precision: Precision = wanted[0]
+    clock = [0.0]
+    try:
         declined = backend.declined(fixture)
         for precision in wanted:
             if precision not in backend.precisions:
@@ -88,7 +119,10 @@ def run_parity(
             supported = backend.taps(fixture)
             clock = [0.0]
             judge = CaseJudge(fixture, backend.name, precision, supported, budget)
-            for case, taps in backend.forward(fixture, precision, supported, clock):
+            n = len(fixture.cases)
+            for k, (case, taps) in enumerate(backend.forward(fixture, precision, supported, clock), 1):
+                if backend.entry == "run_cases":  # streaming: each case as it comes (from `run`: all at once)
+                    say(f"parity: {backend.name} {precision}: case {k}/{n} ({case.name})")
                 judge.add(case, taps)
                 if keep_outputs:
                     report.outputs.setdefault((backend.name, precision), {})[case.name] = taps
@@ -96,12 +130,9 @@ def run_parity(
             report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.RAN))
             judge.finish(report)
             release_memory()
-    if decoding:
-        from parity_harness._run.decode_check import run_decoding
-
-        report.decoding = run_decoding(fixture, guards, wanted, say)
-    finish_report(report, fixture)
-    return report
+    except ParityError as exc:
+        report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.CRASHED, one_line(str(exc))))
+        raise
 
 
 def release_memory() -> None:

@@ -10,7 +10,10 @@ config and weights, new cases) and returns one `ConformanceResult` per check:
   returns exactly its declared taps for exactly the fixture's cases, with the manifest's shapes,
   the precision's dtype, and no NaN;
 - on bad input (a token id out of range, a truncated weights file, a weights file missing a
-  tensor) it raises a `ParityError`: not another exception, and never numbers;
+  tensor) it raises a `ParityError`: not another exception, and never numbers. The contract that
+  applies: a backend that declares `runs_graph` (it computes from the fixture's ONNX graph, which
+  embeds its weights) is not asked about the weights file, which the harness checks itself before any
+  backend runs; it is asked instead to reject a fixture whose manifest lists no ONNX graph;
 - when it says it decodes the fixture (`supports_decoding`): in every precision, a one-token prompt
   decoding its own greedy tokens and a longer prompt fed to the end of the context, each step's cache
   and logits with their shapes, the precision's dtype, and no NaN.
@@ -63,8 +66,9 @@ def _rehash(root: Path) -> None:
     seal_manifest(root, rehash_files=True)
 
 
-def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case]) -> Fixture:
-    """A fixture with `parent`'s config, weights, tolerances and ONNX files, and these cases."""
+def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case], with_onnx: bool = True) -> Fixture:
+    """A fixture with `parent`'s config, weights, tolerances and ONNX files (unless not `with_onnx`), and these
+    cases."""
     from parity_reference.numpy_model import forward
 
     weights = parent.weights()
@@ -72,7 +76,7 @@ def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case]) -> Fixt
     for precision in PRECISIONS:
         params = {k: w.astype(DTYPES[precision]) for k, w in weights.items()}
         golden[precision] = {c.name: forward(params, parent.config, list(c.tokens)) for c in cases}
-    extra = {kind: p for kind in GRAPHS if (p := parent.onnx_path(kind)) and p.is_file()}
+    extra = {kind: p for kind in GRAPHS if (p := parent.onnx_path(kind)) and p.is_file()} if with_onnx else {}
     write_fixture_files(
         root,
         config=parent.config,
@@ -128,6 +132,9 @@ def _bad_input_checks(
         ConformanceResult(f"rejects a token id out of range ({config.vocab_size})", not problem, problem)
     )
 
+    if backend.runs_graph:
+        return results + _graph_input_checks(backend, parent, work, precision)
+
     # A weights file cut in half (the manifest's hash updated, so only reading it can tell).
     root = work / "truncated_weights"
     _derived_fixture(parent, root, [Case("pair", (0, 1), "bad")])
@@ -149,6 +156,20 @@ def _bad_input_checks(
     problem = _expect_parity_error(backend, load_fixture(root), precision)
     results.append(ConformanceResult("rejects weights missing a tensor (ln_f.bias)", not problem, problem))
     return results
+
+
+def _graph_input_checks(
+    backend: GuardedBackend, parent: Fixture, work: Path, precision: Precision
+) -> list[ConformanceResult]:
+    """A graph backend (`runs_graph`) computes from the ONNX graph, which embeds its weights: it is not asked
+    to read weights.safetensors (the harness checks that file before any backend runs), but to refuse a
+    fixture whose manifest lists no graph, with a ParityError (`onnx_file` raises it)."""
+    root = work / "no_graph"
+    fixture = _derived_fixture(parent, root, [Case("pair", (0, 1), "bad")], with_onnx=False)
+    problem = _expect_parity_error(backend, fixture, precision)
+    return [ConformanceResult("weights file checks", True, "not asked: it runs the fixture's ONNX graph "
+                              "(runs_graph), whose weights the harness checks"),
+            ConformanceResult("rejects a fixture without its ONNX graph", not problem, problem)]
 
 
 _OUTPUT_CHECKS = (("taps", "returns exactly its declared taps"), ("shapes", "shapes and dtype {dtype}"),

@@ -15,7 +15,8 @@ JSON schema (version 1), stable for CI scripts:
                                       "expected", "max_abs", "atol", "message", "upstream_taps",
                                       "upstream_max_abs", "by_case", "n_bad", "location", "axes",
                                       "previous_tap", "previous_max_abs"} ]},
-      "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump"
+      "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump",
+                                                                             # "crashed" (message: the error line)
       "skipped": [str],                                  # registered backends not run (missing dependencies)
       "tolerances": {"fp32": {"atol", "rtol", "overrides": {tap: {"atol", "rtol"}}, "rows": {tap: int}},
                      "fp64": {...}},      # "rows" only when the fixture has taps with rows (the last N compared)
@@ -76,8 +77,12 @@ after its report paths were checked writes, instead of a report, a marker that `
      "exit_code": 2 | 130, "command": "run" | "compare" | "merge", "error": str, "fixture": str}
 
 `error` is the one line the command printed after `parity: error: `; `fixture` is the fixture
-argument ("" for merge). A report with `usable` true (or, written before it existed, absent) always
-has `exit_code` 0 or 1: a run that compared nothing exits 2 and leaves the marker.
+argument ("" for merge). A report with `usable` true (or, written before it existed, absent) has
+`exit_code` 0 or 1: a run that compared nothing exits 2 and leaves the marker. The one exception,
+also added in version 1: a `parity run` a backend crashed in after another backend ran writes the
+report of the runs so far, with the crashed run in `runs` (status "crashed", the error line in
+`message`), `"passed": false` and `"exit_code": 2`; `parity merge` refuses it, naming the file.
+(A crash before any backend ran leaves the marker.)
 """
 
 from __future__ import annotations
@@ -236,6 +241,8 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
             _emit(out, f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s")
         elif run.status == DUMP:
             _emit(out, f"{run.backend:<22} {run.precision}  from dump {run.message}")
+        elif run.status == RunStatus.CRASHED:
+            _emit(out, f"{run.backend:<22} {run.precision}  CRASHED after {run.seconds:.2f} s: {run.message}")
         else:
             _emit(out, f"{run.backend:<22} {run.precision}  not supported ({run.message})")
     if report.divergences:
@@ -302,6 +309,10 @@ def verdict_line(report: Report) -> str:
 
     n_ns = sum(1 for r in report.results if r.status == NOT_SUPPORTED)
     counts = f"{report.n_passed} passed, {report.n_failed} failed, {n_ns} not supported"
+    crashed = report.crashed
+    if crashed is not None:  # never a pass, whatever the runs before it found
+        return (f"ERROR: backend {crashed.backend} crashed ({crashed.precision}), the run stopped there; "
+                f"the runs before it: {counts}")
     if report.n_passed + report.n_failed == 0:
         return f"ERROR: nothing was compared; {counts}"
     decoding = decoding_verdict(report.decoding)

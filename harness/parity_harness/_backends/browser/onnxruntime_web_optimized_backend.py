@@ -24,6 +24,7 @@ class OnnxRuntimeWebOptimizedBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnx",)  # to check the graph's weights (_backends/onnx/weights.py)
     install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity-harness[onnx]'"
+    runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
 
     def declines(self, fixture: Fixture) -> str | None:
         return browser.declines_big(fixture)

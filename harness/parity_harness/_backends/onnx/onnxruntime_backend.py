@@ -24,6 +24,7 @@ class OnnxRuntimeBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
+    runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:

@@ -24,6 +24,7 @@ class OnnxRuntimeOptimizedBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
+    runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
 
     def supported_taps(self, fixture: Fixture) -> list[str]:
         return ["logits", "probs"]

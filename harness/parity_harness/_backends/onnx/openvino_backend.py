@@ -94,6 +94,7 @@ class OpenVinoBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("openvino", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[openvino]'"
+    runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:
