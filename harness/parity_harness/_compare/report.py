@@ -47,6 +47,9 @@ class Report:
     supported: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
     # The decoding check (parity_harness/_run/decode_check.py); None when no decoding was attempted (dumps, merges).
     decoding: DecodingReport | None = None
+    # The likely cause of each case's first failing tap, by (backend, precision, golden, case, tap)
+    # (parity_harness/_compare/diagnose.py); copied onto the first divergences. Not written to JSON.
+    causes: dict[tuple[str, str, str, str, str], str] = field(default_factory=dict, repr=False)
 
     @property
     def n_decoding_failed(self) -> int:

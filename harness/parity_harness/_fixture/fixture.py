@@ -415,6 +415,14 @@ class Fixture:
         c = self.case(case)
         return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
 
+    def golden_tap(self, precision: Precision, case: str, tap: str) -> np.ndarray:
+        """One golden tensor of one case (read-only), read on its own (the diagnosis of a failing tap needs one)."""
+        if precision in self._golden:
+            return self._golden[precision][case][tap]
+        self.validate_golden(precision)
+        path, f = self._open_golden(precision)
+        return frozen(self._golden_tensor(path, f, precision, self.case(case), tap))
+
     def weights(self) -> dict[str, np.ndarray]:
         """The float32 parameters under Hugging Face names, checked against the config."""
         if self._weights is None:
