@@ -13,6 +13,7 @@ import json
 import sys
 
 import numpy as np
+
 from parity_harness._fixture.fixture import load_fixture
 from parity_harness._fixture.tolerances import tap_magnitude
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from parity_harness._fixture.fixture import MANIFEST, sha256_file
 from parity_harness._fixture.schema import manifest_digest
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from parity_harness._authoring.fixture_writer import write_fixture_files
 from parity_harness._fixture.fixture import Case
 from parity_harness._fixture.tolerances import FP32_ATOL, FP64_ATOL

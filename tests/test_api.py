@@ -22,6 +22,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
 from parity_harness import api
 from parity_harness._backends.base import BackendOutput, Precision
 from parity_harness._backends.numpy_backend import NumpyBackend
@@ -31,7 +32,6 @@ from parity_harness._core.status import Verdict
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
 from parity_harness._fixture.fixture import Fixture, default_fixture_dir
 from parity_harness._views.console import divergence_paragraph, print_report, report_json, verdict_line
-
 from tests.conftest import REPO
 from tests.test_plugin import make_child_env, pip_install_command
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import pytest
+
 import parity_harness._backends.registry
 import parity_harness._cli.main
-import pytest
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._fixture.fixture import Fixture
-
 from tests.conftest import run_cli
 from tests.test_cli import assert_one_line_error
 

@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from parity_harness._backends.browser import driver as browser
 from parity_harness._backends.browser.typescript_browser_backend import TypeScriptBrowserBackend
 from parity_harness._backends.node.runtime import find_node
 from parity_harness._core.errors import FixtureError
 from parity_harness._tools.mutants import Mutant, by_name
 from parity_harness._tools.serve import make_server, routes, serving
-
 from tests.conftest import REPO, run_cli
 
 BACKENDS = "typescript-browser,onnxruntime-web"  # onnxruntime-web-optimized: in test_parity_full.py

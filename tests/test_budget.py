@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import numpy as np
+
 from parity_harness._compare.budget import EPS32, EPS64, GOLDEN_FP32, format_budget, tap_budget
 from parity_reference.taps import tap_names
-
 from tests.conftest import run_cli
 
 

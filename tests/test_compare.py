@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from parity_harness._compare.judge import CheckResult, compare_tensors, first_divergence, summarize_tap
 from parity_harness._core.status import Status
 

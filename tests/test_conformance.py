@@ -11,12 +11,12 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+
 from parity_harness._backends.base import BackendOutput, Precision
 from parity_harness._backends.numpy_backend import NumpyBackend
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._tools.conformance import ConformanceResult, check_backend
-
 from tests.fixture_builders import build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from parity_harness._backends.numpy_backend import NumpyBackend
 from parity_harness._cli.exit_codes import for_verdict
 from parity_harness._compare.decoding import FAIL, NEAR_TIE, greedy_checks
@@ -22,7 +23,6 @@ from parity_harness._fixture.decoding import golden_decoding, step_key, top2_mar
 from parity_harness._fixture.fixture import MANIFEST, Fixture, load_fixture
 from parity_harness._run.runner import run_parity
 from parity_harness._views.console import print_report, write_json
-
 from tests.conftest import REPO, edit_manifest, run_cli
 
 MASK_ANCHOR = "config.causal && j > pos ?"
@@ -85,9 +85,9 @@ def test_a_malformed_decoding_section_is_bad_input(fixture_copy: Path) -> None:
 
 def test_a_wrong_decoding_golden_fails_the_run_at_its_step_and_tap(fixture_copy: Path, toy: Fixture) -> None:
     """One cached key changed in the fp64 decoding golden: numpy fp64 fails there, exit 1, the rest agrees."""
-    from parity_harness._fixture.fixture import read_safetensors
     from safetensors.numpy import save_file
 
+    from parity_harness._fixture.fixture import read_safetensors
     from tests.conftest import rehash
 
     path = fixture_copy / "golden.decode.fp64.safetensors"

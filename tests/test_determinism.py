@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._fixture.fixture import Fixture, load_fixture
 

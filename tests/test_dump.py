@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
 from parity_harness._backends.node.runtime import find_node
 from parity_harness._core.errors import BackendUnavailable
 from parity_harness._fixture.fixture import load_fixture
 from parity_harness._fixture.identity import canonical_json, fixture_id
-from safetensors import safe_open
-from safetensors.numpy import save_file
-
 from tests.conftest import REPO, edit_manifest, rehash, run_cli
 from tests.test_cli import assert_one_line_error, perturb_weight
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness._authoring.export import make_cases
-from parity_harness._fixture.platforms import IDENTITY_KEYS, describe, same_platform
 from safetensors.numpy import load_file, save_file
 
+from parity_harness._authoring.export import make_cases
+from parity_harness._fixture.platforms import IDENTITY_KEYS, describe, same_platform
 from tests.conftest import AVX512_VECTOR, edit_manifest, rehash, run_cli
 from tests.test_parity_full import builtin_backends
 

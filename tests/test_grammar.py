@@ -6,6 +6,7 @@ import math
 from collections import Counter, defaultdict
 
 import pytest
+
 from parity_reference.config import TOY
 from parity_reference.grammar import (
     VOCAB,

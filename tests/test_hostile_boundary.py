@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.boundary import GuardedBackend, forward_entry
 from parity_harness._core.precision import DTYPES
 from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
 from parity_harness._run.runner import run_parity
-
 from tests.test_hostile_plugins import assert_exit_2_one_line, run_all, run_hostile
 from tests.test_parity_full import BUILTIN_PRECISIONS
 

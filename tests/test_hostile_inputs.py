@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness._core.strict_json import StrictJSONError, loads_strict
-from parity_harness._fixture.schema import SEAL_KEY
 from safetensors.numpy import load_file, save_file
 
+from parity_harness._core.strict_json import StrictJSONError, loads_strict
+from parity_harness._fixture.schema import SEAL_KEY
 from tests.conftest import edit_manifest, rehash, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line, run_all
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.fixture import load_fixture
 from parity_harness._tools.serve import make_server, routes
-
 from tests.conftest import REPO, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 from tests.test_parity_full import BUILTIN_PRECISIONS

@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
 from parity_harness._core.sanitize import (
     SafeStream,
     markdown_cell,
@@ -34,9 +37,6 @@ from parity_harness._core.sanitize import (
     safe_text,
     xml_text,
 )
-from safetensors import safe_open
-from safetensors.numpy import load_file, save_file
-
 from tests.conftest import edit_manifest, rehash, run_cli
 from tests.test_cli import perturb_weight
 from tests.test_hostile_plugins import assert_exit_2_one_line

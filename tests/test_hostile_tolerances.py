@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
+
 from parity_harness._compare.judge import compare_tensors
 from parity_harness._core.precision import PRECISIONS, Precision
 from parity_harness._fixture.fixture import Fixture, load_fixture, row_axis
 from parity_harness._fixture.tolerances import CEILINGS, override_atol_ceiling, tap_magnitude, tap_range
-from safetensors.numpy import load_file, save_file
-
 from tests.conftest import REPO, edit_manifest, rehash, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from parity_harness._fixture.fixture import load_fixture
 from parity_harness._tools.lens import format_grid, golden_grid, mark_backend
 from parity_harness._views.plots import DPI, lens_figsize
-
 from tests.conftest import run_cli
 from tests.test_cli import perturb_weight
 from tests.test_reports import assert_real_picture

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from parity_harness._fixture.schema import manifest_digest, manifest_schema, schema_markdown, validate_manifest
 
+from parity_harness._fixture.schema import manifest_digest, manifest_schema, schema_markdown, validate_manifest
 from tests.conftest import REPO
 
 DOC = REPO / "docs" / "fixture-format.md"

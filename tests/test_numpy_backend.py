@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from parity_harness._backends.numpy_backend import NumpyBackend
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.fixture import Case, Fixture, load_fixture
 from parity_reference.config import TOY
 from parity_reference.numpy_model import gelu, sinusoidal_positions
 from parity_reference.taps import tap_names
-
 from tests.fixture_builders import CASES, build_random_fixture
 
 REPO = Path(__file__).resolve().parents[1]

@@ -32,7 +32,6 @@ from parity_harness._backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
 from parity_harness._backends.onnx.onnxruntime_optimized_backend import OnnxRuntimeOptimizedBackend
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.fixture import MANIFEST, Fixture, load_fixture
-
 from tests.conftest import rehash, reseal, run_cli
 from tests.fixture_builders import build_random_fixture
 
@@ -112,6 +111,7 @@ def test_graph_outputs_are_the_manifest_taps_in_order(fixture: Fixture) -> None:
 
 def test_every_length_from_1_to_the_context_matches_the_reference(fixture: Fixture) -> None:
     import torch
+
     from parity_reference.model import run_with_taps
 
     params = {k: torch.from_numpy(v.copy()) for k, v in fixture.weights().items()}

@@ -14,16 +14,16 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import parity_harness._backends.registry
 import parity_harness._cli.main
-import pytest
 from parity_harness._backends.base import Backend
 from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.decoding import DecodeRequest
 from parity_harness._fixture.fixture import Case, Fixture, load_fixture
 from parity_harness._run.runner import run_parity
-
 from tests.conftest import TOY
 
 ENTRY_POINT = "parity_harness._backends.onnx.openvino_backend:OpenVinoBackend"

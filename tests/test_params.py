@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+
 from parity_reference.config import GPT2_SMALL, TOY, param_shapes
 from parity_reference.params import (
     block_breakdown,

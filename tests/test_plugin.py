@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from parity_harness._fixture.fixture import Fixture, load_fixture
 
+from parity_harness._fixture.fixture import Fixture, load_fixture
 from tests.fixture_builders import build_random_fixture
 from tests.test_numpy_backend import max_error
 

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import pytest
+
 import parity_harness._backends.registry
 import parity_harness._cli.main
-import pytest
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._tools.conformance import check_backend
-
 from tests.conftest import REPO, TOY
 
 BUILT_INS = ["numpy", "pytorch", "onnxruntime", "onnxruntime-optimized", "onnx-reference", "typescript",

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import parity_harness.plugin as surface
-
 from tests.conftest import REPO
 
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
 from parity_reference.config import TOY, GPTConfig, param_shapes
 from parity_reference.model import (
     GPT,
@@ -18,8 +21,6 @@ from parity_reference.model import (
     sinusoidal_positions,
 )
 from parity_reference.taps import tap_names, tap_shape
-from safetensors.torch import load_file, save_file
-from torch import Tensor
 
 TOKENS = [0, 1, 4, 7, 1, 6, 0, 2, 3, 5, 8, 1, 10, 11, 9, 0]  # n_ctx = 16 tokens, every word
 

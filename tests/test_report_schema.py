@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from parity_harness import api
 from parity_harness._backends.base import BackendOutput, Precision
 from parity_harness._backends.numpy_backend import NumpyBackend
@@ -20,7 +21,6 @@ from parity_harness._fixture.fixture import Fixture
 from parity_harness._run.merge import merge_reports
 from parity_harness._views.console import report_json, unusable_json
 from parity_harness._views.report_schema import report_problems
-
 from tests.conftest import run_cli
 
 BROKEN_TAP = "blocks.0.hook_attn_out"
@@ -38,14 +38,25 @@ class WrongShape(NumpyBackend):
         return out
 
 
+class Crashes(NumpyBackend):
+    """A backend whose run raises: the report keeps what ran before it, and does not pass."""
+
+    name = "crashes-in-run"
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        raise RuntimeError("out of cheese")
+
+
 @pytest.fixture(scope="module")
 def passing() -> dict:  # type: ignore[type-arg]
-    return json.loads(api.render(api.run(NumpyBackend(), None, "all"), "json"))
+    doc: dict = json.loads(api.render(api.run(NumpyBackend(), None, "all"), "json"))  # type: ignore[type-arg]
+    return doc
 
 
 @pytest.fixture(scope="module")
 def failing() -> dict:  # type: ignore[type-arg]
-    return json.loads(api.render(api.run(WrongShape(), None, "fp32", decoding=False), "json"))
+    doc: dict = json.loads(api.render(api.run(WrongShape(), None, "fp32", decoding=False), "json"))  # type: ignore[type-arg]
+    return doc
 
 
 def test_a_passing_run_with_decoding_conforms(passing: dict) -> None:  # type: ignore[type-arg]
@@ -60,6 +71,14 @@ def test_a_failing_run_names_its_infinite_errors_and_conforms(failing: dict) -> 
     finite_rows = [r for r in failing["results"] if r["tap"] != BROKEN_TAP]
     assert finite_rows and all("nonfinite" not in r for r in finite_rows)
     assert report_problems(failing) == []
+
+
+def test_a_report_kept_after_a_crash_conforms() -> None:
+    report = api.run([NumpyBackend(), Crashes()], None, "fp32", decoding=False, keep_on_crash=True)
+    doc = json.loads(api.render(report, "json"))
+    assert doc["passed"] is False and doc["exit_code"] == 2
+    assert [r["status"] for r in doc["runs"]] == ["ran", "crashed"]
+    assert report_problems(doc) == []
 
 
 def test_merge_reads_an_infinity_back(failing: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]

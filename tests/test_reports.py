@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_harness._compare.judge import axis_names, name_index
-from parity_reference.taps import tap_names
 from safetensors.numpy import load_file
 
+from parity_harness._compare.judge import axis_names, name_index
+from parity_reference.taps import tap_names
 from tests.conftest import run_cli
 from tests.test_cli import perturb_weight
 

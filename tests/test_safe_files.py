@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from parity_harness._core.input_files import MAX_DUMP_HEADER_BYTES, MAX_MANIFEST_BYTES, MAX_REPORT_BYTES
 from parity_harness._core.safe_write import (
     TMP_MARK,
@@ -35,7 +36,6 @@ from parity_harness._core.safe_write import (
     staging_directory,
     write_atomic_with,
 )
-
 from tests.conftest import REPO, TOY, edit_manifest, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 
@@ -445,6 +445,7 @@ def test_write_fifo_report_without_a_reader_is_refused_not_waited_for(tmp_path: 
 
 def test_write_fixture_files_are_not_left_private(tmp_path: Path) -> None:
     import numpy as np
+
     from parity_harness._authoring.fixture_writer import save_tensors
 
     umask = os.umask(0o022)

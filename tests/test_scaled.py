@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+
 from parity_harness._authoring.fixture_writer import seal_manifest
 from parity_harness._authoring.presets import EPS, LENS_ROWS, SCALED_C, export_preset
 from parity_harness._backends.base import Backend, Precision
@@ -25,7 +26,6 @@ from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._core.errors import BackendFailed, FixtureError
 from parity_harness._fixture.fixture import load_fixture
 from parity_harness._run.runner import run_parity
-
 from tests.conftest import run_cli
 from tests.test_parity_full import BUILTIN_PRECISIONS
 

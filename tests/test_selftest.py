@@ -15,9 +15,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 import parity_harness._cli.main
 import parity_harness._tools.mutants
-import pytest
 from parity_harness._core.errors import ParityError
 from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Fixture, load_fixture
@@ -32,7 +33,6 @@ from parity_harness._tools.mutants import (
     comment_spans,
 )
 from parity_harness._tools.selftest import run_selftest
-
 from tests.conftest import REPO, run_cli
 
 TOTALS = re.compile(r"^mutants caught (\d+)/(\d+), localized (\d+)/(\d+) \((\d+)%\), fp64-only (\d+)$")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from parity_harness._authoring.stress import (
     BUDGET_FACTOR,
     OFFSET,
@@ -30,7 +31,6 @@ from parity_harness._authoring.stress import (
     stress_weights,
 )
 from parity_harness._fixture.fixture import Fixture, load_fixture
-
 from tests.conftest import REPO, edit_manifest, run_cli
 
 STRESS = REPO / "fixtures" / "toy-stress"

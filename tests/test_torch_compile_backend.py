@@ -12,16 +12,16 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import parity_harness._backends.registry
 import parity_harness._cli.main
-import pytest
 from parity_harness import api
 from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._backends.torch_compile_backend import TorchCompileBackend, cxx_name, find_cxx, inductor_cache_dir
 from parity_harness._core.errors import BackendUnavailable
 from parity_harness._fixture.fixture import load_fixture
 from parity_reference.taps import tap_names
-
 from tests.conftest import REPO, TOY
 
 ENTRY = EntryPoint("torch-compile", "parity_harness._backends.torch_compile_backend:TorchCompileBackend",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from parity_reference.config import TOY
 from parity_reference.grammar import entropy_per_word, sentences
 from parity_reference.model import GPT, load_weights, run_with_taps

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import parity_harness._backends.registry
 import pytest
+
+import parity_harness._backends.registry
 from parity_harness import api
 from parity_harness._authoring.presets import export_preset
 from parity_harness._backends.base import module_available
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_reference.config import TOY
-
 from tests.conftest import REPO
 from tests.fixture_builders import build_random_fixture
 
@@ -87,6 +87,7 @@ def test_float64_weights_stay_float64(toy_dir: Path) -> None:
     """Every parameter float64 and bit-for-bit the converted weights; W_pos the float64 sinusoid table."""
     _require()
     import torch
+
     from parity_harness._backends.transformerlens_backend import tl_model
     from parity_reference.model import sinusoidal_positions
 
@@ -108,6 +109,7 @@ def test_float64_weights_stay_float64(toy_dir: Path) -> None:
 def _processing_loader(weights: dict[str, np.ndarray], config: Any, precision: Any) -> Any:
     """TransformerLens' own loader, every processing flag off: what the backend deliberately does not use."""
     import torch
+
     from parity_harness._backends.transformerlens_backend import quiet, tl_config, tl_state_dict
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
@@ -126,8 +128,9 @@ def test_transformerlens_weight_processing_rounds_float64_through_float32_and_th
 ) -> None:
     """The finding (docs/backends.md): with load_and_process_state_dict, float64 W_pos is float32 in disguise."""
     _require()
-    import parity_harness._backends.transformerlens_backend as tlb
     import torch
+
+    import parity_harness._backends.transformerlens_backend as tlb
     from parity_reference.model import sinusoidal_positions
 
     fixture = load_fixture(toy_dir)

@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from parity_harness._backends.node.runtime import find_node
 from parity_harness._core.errors import BackendUnavailable
-
 from tests.conftest import REPO
 
 MODEL = REPO / "ts_model" / "model"

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from parity_harness._backends.node.runtime import find_node, ts_dir
 from parity_harness._backends.node.typescript_backend import TypeScriptBackend
 from parity_harness._core.errors import BackendFailed, BackendUnavailable
 from parity_harness._fixture.fixture import Fixture, load_fixture
-
 from tests.conftest import run_cli
 from tests.fixture_builders import build_random_fixture
 

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 from parity_harness._tools.mutants import by_name
-
 from tests.conftest import REPO, run_cli
 
 

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
+
 from parity_harness._backends.numpy_backend import NumpyBackend
 from parity_harness._compare.report import Report
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest

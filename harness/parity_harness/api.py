@@ -154,7 +154,8 @@ def run(
     when nothing was compared. `budget`: also measure the error budget (the JSON report's `budget`);
     `keep_outputs`: keep every output in `report.outputs`; `progress`: called with one line as each backend
     and precision starts (the CLI prints them); `keep_on_crash`: a backend that crashes ends the run with
-    the report so far (`report.crash` holds the error, the report does not pass) instead of raising. Raises `ParityError` for bad input (an
+    the report so far (`report.crash` holds the error, the report does not pass) instead of raising. Raises
+    `ParityError` for bad input (an
     unknown backend or precision, a broken fixture, missing dependencies) and `BackendFailed` (also a
     `ParityError`) for a backend that crashed or returned something malformed.
     """

@@ -34,10 +34,6 @@ The groups:
 
 from __future__ import annotations
 
-from parity_reference.config import GPTConfig, param_shapes
-from parity_reference.numpy_model import sinusoidal_positions
-from parity_reference.taps import tap_names, tap_shape, tap_shape_template
-
 from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision, module_available
 from parity_harness._backends.onnx.graph import (
     INPUT_NAME,
@@ -52,6 +48,9 @@ from parity_harness._core.errors import BackendFailed, BackendUnavailable, Fixtu
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
 from parity_harness._fixture.fixture import Case, Fixture, read_safetensors, too_big
+from parity_reference.config import GPTConfig, param_shapes
+from parity_reference.numpy_model import sinusoidal_positions
+from parity_reference.taps import tap_names, tap_shape, tap_shape_template
 
 __all__ = [
     "DTYPES", "INPUT_NAME", "PRECISIONS", "Backend", "BackendFailed", "BackendOutput", "BackendUnavailable", "Case",

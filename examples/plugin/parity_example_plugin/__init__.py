@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 import numpy as np
+
 from parity_harness.plugin import Backend, BackendOutput, Fixture, FixtureError, Precision
 
 BUG_ENV = "PARITY_EXAMPLE_PLUGIN_BUG"

@@ -56,9 +56,8 @@ def greedy_prompts(
     FixtureError if the float32 full forward picks another token at any step (a near-tie: choose
     another prompt), so that one token list serves both tiers.
     """
-    from parity_reference.run import reference_taps
-
     from parity_harness._fixture.fixture import Case
+    from parity_reference.run import reference_taps
 
     prompts: list[Prompt] = []
     for name, tokens, text in named:
@@ -87,11 +86,10 @@ def write_decoding_files(
 
     Returns the manifest's `decoding` section and `files.decoding`. Needs torch (the reference).
     """
-    from parity_reference.run import reference_taps
-
     from parity_harness._authoring.fixture_writer import save_tensors
     from parity_harness._fixture.fixture import Case
     from parity_harness._fixture.platforms import current_platform
+    from parity_reference.run import reference_taps
 
     say = progress or (lambda _message: None)
     named = [(name, encode_words(text, vocab), text) for name, text in prompts]

@@ -93,11 +93,11 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
     `provenance.training_platform`, which `check_fixture` reads.
     """
     import torch
+
+    from parity_harness._authoring.fixture_writer import write_fixture_files
     from parity_reference.config import TOY
     from parity_reference.grammar import VOCAB
     from parity_reference.run import reference_taps
-
-    from parity_harness._authoring.fixture_writer import write_fixture_files
 
     config = TOY
     cases = [Case(c["name"], tuple(c["tokens"]), c["kind"], c["text"])
@@ -180,6 +180,7 @@ def _manifest_without_hashes(path: Path) -> dict[str, Any]:
 def heldout_loss(weights: dict[str, np.ndarray]) -> float:
     """The masked model's mean NLL per predicted word on the held-out sentences of train_tiny."""
     import torch
+
     from parity_reference.config import TOY
     from parity_reference.model import GPT
     from parity_reference.train_tiny import evaluate, heldout_sentences

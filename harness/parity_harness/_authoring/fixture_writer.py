@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from parity_reference.config import GPTConfig
-from parity_reference.taps import tap_names, tap_shape_template
 
 from parity_harness._backends.onnx.graph import OnnxGraph
 from parity_harness._core.errors import FixtureError
@@ -38,6 +36,8 @@ from parity_harness._fixture.fixture import (
 )
 from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
 from parity_harness._fixture.tolerances import FP32_ATOL, FP32_RTOL, FP64_ATOL
+from parity_reference.config import GPTConfig
+from parity_reference.taps import tap_names, tap_shape_template
 
 WEIGHTS_FILE = "weights.safetensors"
 ONNX_FILES: dict[OnnxGraph, str] = {"all_taps": "model.onnx", "logits": "model.logits.onnx"}  # kind -> file name

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from parity_reference.config import GPTConfig, param_shapes
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.strict_json import load_json_object
+from parity_reference.config import GPTConfig, param_shapes
 
 Progress = Callable[[str], None]
 EXACT = "gelu"  # the exact erf GELU: transformers' "gelu", parity's only activation

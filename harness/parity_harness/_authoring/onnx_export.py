@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from parity_reference.config import GPTConfig, param_shapes
-from parity_reference.taps import tap_names
 
 from parity_harness._backends.onnx.graph import (
     INPUT_NAME,
@@ -41,6 +39,8 @@ from parity_harness._backends.onnx.graph import (
 from parity_harness._backends.onnx.weights import graph_weight_problem
 from parity_harness._compare.judge import compare_tensors
 from parity_harness._core.errors import FixtureError
+from parity_reference.config import GPTConfig, param_shapes
+from parity_reference.taps import tap_names
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -90,6 +90,7 @@ def export_onnx(
     The file is written next to `path` and renamed into place, then checked (`check_onnx_model`).
     """
     import torch
+
     from parity_reference.model import forward
 
     names = expected_outputs(tap_names(config.n_layer), outputs)
@@ -215,10 +216,10 @@ def check_onnx_against_golden(fixture: Fixture) -> list[str]:
 def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: Path) -> None:
     """Write `parity_reference.model.decode_step` as one self-contained .onnx file (checked, then renamed in)."""
     import torch
-    from parity_reference.config import param_shapes
-    from parity_reference.model import decode_step
 
     from parity_harness._backends.onnx.decode import check_decode_model, input_names, output_names
+    from parity_reference.config import param_shapes
+    from parity_reference.model import decode_step
 
     keys = list(param_shapes(config))
     L, H, dh = config.n_layer, config.n_head, config.d_head

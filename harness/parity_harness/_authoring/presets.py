@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from parity_reference.config import GPT2_SMALL, GPTConfig, param_shapes
-from parity_reference.taps import tap_names
 
 from parity_harness._core.precision import PRECISIONS, Precision
 from parity_harness._fixture.fixture import Case
+from parity_reference.config import GPT2_SMALL, GPTConfig, param_shapes
+from parity_reference.taps import tap_names
 
 EPS: dict[Precision, float] = {"fp32": float(np.finfo(np.float32).eps), "fp64": float(np.finfo(np.float64).eps)}
 # c in atol = c * eps * M_tap, per tier: measured on gpt2-small (every built-in backend against the
@@ -114,11 +114,11 @@ def write_scaled_fixture(root: Path, config: GPTConfig, weights: dict[str, np.nd
     swapped in (parity_harness/_core/safe_write.py). `root` must be new or empty (or a fixture of the same kind
     holding only its own files): checked before the work."""
     import torch
-    from parity_reference.run import reference_taps
 
     from parity_harness._authoring.fixture_writer import fixture_kind, owned_entries, write_fixture_files
     from parity_harness._core.safe_write import replace_directory, staging_directory
     from parity_harness._fixture.fixture import load_fixture
+    from parity_reference.run import reference_taps
 
     kind = fixture_kind({"provenance": provenance}) or "scaled"
     owned_entries(root, kind)

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from parity_reference.config import GPTConfig
 
 from parity_harness._core.precision import Precision
 from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Case, Fixture, load_fixture
 from parity_harness._fixture.tolerances import tap_magnitude
+from parity_reference.config import GPTConfig
 
 PRESET = "toy-stress"
 OFFSET = 1000.0  # added to every entry of wte.weight
@@ -159,12 +159,12 @@ def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, pro
     """Build the stress fixture from the toy at `toy_root` and write it to `root` (atomically: built beside
     it, checked, swapped in). `root` must be new, empty, or a stress fixture holding only its own files."""
     import torch
-    from parity_reference.run import reference_taps
 
     from parity_harness._authoring.fixture_writer import owned_entries, write_fixture_files
     from parity_harness._authoring.truth import DIGITS, truth_taps
     from parity_harness._core.safe_write import replace_directory, staging_directory
     from parity_harness._fixture.platforms import current_platform
+    from parity_reference.run import reference_taps
 
     def say(message: str) -> None:
         progress(f"parity export --preset {PRESET}: {message}")

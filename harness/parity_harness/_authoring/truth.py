@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
 from parity_reference.config import GPTConfig
 
 Vec = list[Any]  # a row of mpf

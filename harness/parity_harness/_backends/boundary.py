@@ -194,9 +194,8 @@ def output_problems(fixture: Fixture, output: BackendOutput, taps: list[str], pr
     """What `parity check-backend` demands beyond what the run checks (the run leaves these to the comparison,
     as failed checks): every declared tap returned, with the manifest's shape and the precision's dtype, no NaN.
     {"taps" | "shapes" | "nan": the first problem, or ""}."""
-    from parity_reference.taps import tap_shape
-
     from parity_harness._core.precision import DTYPES
+    from parity_reference.taps import tap_shape
 
     dtype = np.dtype(DTYPES[precision])
     problems = {"taps": "", "shapes": "", "nan": ""}

@@ -28,9 +28,9 @@ from parity_harness._core.errors import FixtureError
 
 if TYPE_CHECKING:
     import torch
-    from parity_reference.config import GPTConfig
 
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.config import GPTConfig
 
 # The taps transformers' GPT-2 never materializes as a module's input or output.
 UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized",
@@ -58,8 +58,9 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     float64 copies are never both whole in memory).
     """
     import torch
-    from parity_reference.model import sinusoidal_positions
     from transformers import GPT2LMHeadModel
+
+    from parity_reference.model import sinusoidal_positions
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
     # One copy each, in the dtype; each float32 array is popped (freed) as soon as it is converted.

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-from parity_reference.numpy_model import decode, forward
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
 from parity_harness._fixture.fixture import Fixture
+from parity_reference.numpy_model import decode, forward
 
 
 class NumpyBackend(Backend):

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-from parity_reference.run import reference_taps, torch_params
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.decoding import reference_decode
+from parity_reference.run import reference_taps, torch_params
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest

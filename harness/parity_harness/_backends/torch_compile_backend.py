@@ -105,6 +105,7 @@ class TorchCompileBackend(Backend):
                 raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir()))
         import torch
+
         from parity_reference import model
         from parity_reference.run import torch_params
 

@@ -38,9 +38,9 @@ from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
     import torch
-    from parity_reference.config import GPTConfig
 
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.config import GPTConfig
 
 
 @contextlib.contextmanager
@@ -78,6 +78,7 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
     changes, so the float64 tensors are exactly the float32 weights upcast.
     """
     import torch
+
     from parity_reference.model import sinusoidal_positions
 
     H, d, dh = config.n_head, config.d_model, config.d_head

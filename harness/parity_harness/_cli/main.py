@@ -1,4 +1,4 @@
-"""The `parity` command: run, compare, merge, lens, generate, backends, export, check-backend, selftest,
+"""The `parity` command: run, compare, merge, lens, generate, diff, backends, export, check-backend, selftest,
 verify-ts, serve.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
@@ -259,6 +259,17 @@ def cmd_lens(args: argparse.Namespace) -> int:
         print(f"parity: skipped: {line}", file=sys.stderr)
     return for_verdict(run_lens(fixture, args.case, backends, Path(args.plot) if args.plot is not None else None,
                                 default_selection=names is None, out=sys.stdout, progress=_progress))
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from parity_harness._tools.diff import print_diff, run_diff
+
+    fixture = load_fixture(args.fixture)
+    backends, _ = select_backends(_parse_backends(f"{args.a},{args.b}"))
+    fixture.check_before_running()
+    diff, notes = run_diff(fixture, (backends[0], backends[1]), cast(Precision, args.precision),
+                           progress=None if args.quiet else _progress)
+    return for_verdict(print_diff(diff, notes, sys.stdout))
 
 
 def _display(path: Path) -> str:
@@ -527,6 +538,16 @@ def build_parser() -> argparse.ArgumentParser:
                           help="which computations to run (default: all)")
     generate.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     generate.set_defaults(func=cmd_generate)
+
+    diff = sub.add_parser("diff", help="two backends side by side per tap, against the float64 truth and each "
+                                       "other (exit 1 when one is worse than float32 rounding and the other not)")
+    diff.add_argument("a", metavar="A", help="a backend name")
+    diff.add_argument("b", metavar="B", help="another backend name")
+    diff.add_argument("--precision", choices=["fp32", "fp64"], default="fp32",
+                      help="whose results to diff (default: fp32)")
+    diff.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    diff.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    diff.set_defaults(func=cmd_diff)
 
     backends = sub.add_parser("backends", help="list registered backends and whether they can run")
     backends.set_defaults(func=cmd_backends)

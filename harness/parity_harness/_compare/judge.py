@@ -216,6 +216,7 @@ class FirstDivergence:
     rtol: float = 0.0  # the tier's rtol for that tap (a cell passes when |diff| <= atol + rtol * |expected|)
     step: int | None = None  # decoding: the earliest failing step (then `upstream_*` cover every check before it)
     margin: float | None = None  # decoding: the golden's top-2 logit margin at that step
+    cause: str = ""  # the likely cause, named from the numbers ("; "-joined, _compare/diagnose.py); "" when none
 
 
 def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstDivergence | None:

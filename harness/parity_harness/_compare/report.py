@@ -50,6 +50,9 @@ class Report:
     decoding: DecodingReport | None = None
     # The error a backend stopped the run with (its run is listed with status CRASHED). Not written to JSON.
     crash: ParityError | None = field(default=None, repr=False)
+    # The likely cause of each case's first failing tap, by (backend, precision, golden, case, tap)
+    # (parity_harness/_compare/diagnose.py); copied onto the first divergences. Not written to JSON.
+    causes: dict[tuple[str, str, str, str, str], str] = field(default_factory=dict, repr=False)
 
     @property
     def n_decoding_failed(self) -> int:

@@ -35,9 +35,8 @@ from parity_harness._core.errors import FixtureError, ParityError
 from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
 
 if TYPE_CHECKING:
-    from parity_reference.config import GPTConfig
-
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.config import GPTConfig
 
 GOLDEN_FILES: dict[Precision, str] = {
     "fp32": "golden.decode.fp32.safetensors",

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from parity_reference.config import param_shapes
-from parity_reference.taps import tap_shape_template
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.input_files import MAX_MANIFEST_BYTES
@@ -44,6 +42,8 @@ from parity_harness._fixture.manifest import (
     parse_manifest,
 )
 from parity_harness._fixture.tolerances import tap_magnitude
+from parity_reference.config import param_shapes
+from parity_reference.taps import tap_shape_template
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import Decoding
@@ -256,6 +256,14 @@ class Fixture:
         path, f = self._open_golden(precision)
         c = self.case(case)
         return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
+
+    def golden_tap(self, precision: Precision, case: str, tap: str) -> np.ndarray:
+        """One golden tensor of one case (read-only), read on its own (the diagnosis of a failing tap needs one)."""
+        if precision in self._golden:
+            return self._golden[precision][case][tap]
+        self.validate_golden(precision)
+        path, f = self._open_golden(precision)
+        return frozen(self._golden_tensor(path, f, precision, self.case(case), tap))
 
     def weights(self) -> dict[str, np.ndarray]:
         """The float32 parameters under Hugging Face names, checked against the config."""

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from parity_reference.config import GPTConfig
-from parity_reference.taps import tap_names as expected_tap_names
-from parity_reference.taps import tap_shape_template
-
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.precision import PRECISIONS, Precision
 from parity_harness._fixture.schema import SEAL_KEY, manifest_digest, validate_manifest
 from parity_harness._fixture.tolerances import default_problems, override_problems, tap_range
+from parity_reference.config import GPTConfig
+from parity_reference.taps import tap_names as expected_tap_names
+from parity_reference.taps import tap_shape_template
 
 FORMAT_NAME = "parity-fixture"
 FORMAT_VERSION = 1

@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from parity_reference.config import GPTConfig
 
 from parity_harness._core.precision import Precision
+from parity_reference.config import GPTConfig
 
 # The defaults `parity export` writes (docs/tolerances.md: the measured budget behind each).
 FP32_ATOL = 1e-5  # the lesson's gate

@@ -11,18 +11,26 @@ import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from parity_reference.taps import tap_shape_template
 
 from parity_harness._backends.base import PRECISIONS, BackendOutput, Precision
 from parity_harness._backends.boundary import AnyBackend, GuardedBackend, guarded
 from parity_harness._backends.guard import one_line
 from parity_harness._compare.budget import BudgetAccumulator, reference_rows
-from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, FirstDivergence, fold, judge_tensor, name_index
+from parity_harness._compare.judge import (
+    FAIL,
+    NOT_SUPPORTED,
+    CheckResult,
+    FirstDivergence,
+    fold,
+    judge_tensor,
+    name_index,
+)
 from parity_harness._compare.report import BackendRun, Report
 from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import tiers_for
 from parity_harness._core.status import RunStatus
 from parity_harness._fixture.fixture import Case, Fixture, row_axis
+from parity_reference.taps import tap_shape_template
 
 
 def compare_case(
@@ -158,6 +166,7 @@ class CaseJudge:
         self.fixture, self.name, self.precision, self.supported = fixture, name, precision, supported
         self.by_tier: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers_for(precision)}
         self.budget = BudgetAccumulator(name, precision, fixture.tap_names, supported) if budget else None
+        self.causes: dict[tuple[str, str, str], str] = {}  # (tier, case, tap) -> its likely cause
 
     def add(self, case: Case, taps: dict[str, np.ndarray]) -> None:
         """Compare one case in each tier, one golden tier in memory at a time, and add it to the budget."""
@@ -166,14 +175,41 @@ class CaseJudge:
             self.budget.add_case(case.name, cut, self.fixture.golden_case("fp64", case.name))
         for tier in self.by_tier:
             golden = self.fixture.golden_case(tier, case.name)
-            self.by_tier[tier] += compare_case(self.name, self.fixture, self.precision, case, taps, self.supported,
-                                               tier, golden)
+            results = compare_case(self.name, self.fixture, self.precision, case, taps, self.supported, tier, golden)
+            self.by_tier[tier] += results
+            self.diagnose_first(case, taps, tier, golden, results)
             if tier == "fp64" and self.budget is not None:
                 self.budget.add_case(case.name, cut, golden)
             del golden
 
+    def diagnose_first(self, case: Case, taps: dict[str, np.ndarray], tier: Precision,
+                       golden: dict[str, np.ndarray], results: list[CheckResult]) -> None:
+        """Name the likely cause at this case's first failing tap in this tier (_compare/diagnose.py): the
+        only place a first divergence can be, so one diagnosis per failing case and tier, not per check."""
+        failing = next((r for r in results if r.status == FAIL), None)
+        if failing is None:
+            return
+        from parity_harness._compare.diagnose import diagnose
+
+        tap, fx = failing.tap, self.fixture
+        actual = taps.get(tap)
+        if actual is None:
+            return
+        other: Precision = "fp32" if tier == "fp64" else "fp64"
+        golden_other = fx.golden_tap(other, case.name, tap)
+        truth, golden32 = (golden[tap], golden_other) if tier == "fp64" else (golden_other, golden[tap])
+        place = fx.tap_names.index(tap)
+        template = tap_shape_template(fx.config, tap)
+        causes = diagnose(fx.select_rows(tap, case, actual), golden[tap], tier, atol=failing.atol, rtol=failing.rtol,
+                          truth=truth, golden32=golden32, previous=golden[fx.tap_names[place - 1]] if place else None,
+                          position_axis=template.index("T") if "T" in template else None)
+        if causes:
+            self.causes[(tier, case.name, tap)] = "; ".join(causes)
+
     def finish(self, report: Report) -> None:
         report.results += [r for results in self.by_tier.values() for r in results]
+        report.causes.update({(self.name, self.precision, tier, c, tap): cause
+                              for (tier, c, tap), cause in self.causes.items()})
         report.supported[(self.name, self.precision)] = list(self.supported)
         if self.budget is not None:
             report.budget += self.budget.rows()
@@ -194,6 +230,8 @@ def finish_report(report: Report, fixture: Fixture) -> None:
     """After every `add_output`: per-tap summaries, first divergences named by axis, the budget's reference rows."""
     report.summaries, report.divergences = fold(report.results, fixture.tap_names)
     name_divergences(report.divergences, fixture)
+    for d in report.divergences:
+        d.cause = report.causes.get((d.backend, d.precision, d.golden, d.case, d.tap), d.cause)
     if report.measure_budget:
         report.budget = reference_rows(fixture) + report.budget
     if not report.fixture_id:

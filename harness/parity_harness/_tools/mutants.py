@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Literal
 
 import parity_reference
-
 from parity_harness._core.errors import ParityError
 from parity_harness._core.resources import ts_model_dir
 

@@ -37,8 +37,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import ClassVar, TextIO
 
-from parity_reference.run import reference_taps
-
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._backends.registry import load_backend
@@ -52,6 +50,7 @@ from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, refere
 from parity_harness._fixture.fixture import Fixture
 from parity_harness._run.runner import run_parity
 from parity_harness._tools.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
+from parity_reference.run import reference_taps
 
 MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
 MIN_FP64_ONLY = 3  # mutants only the fp64 tier can see

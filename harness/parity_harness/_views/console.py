@@ -14,7 +14,7 @@ JSON schema (version 1), stable for CI scripts:
       "first_divergence": {backend: [ {"precision", "golden", "tap", "case", "index", "actual",
                                       "expected", "max_abs", "atol", "message", "upstream_taps",
                                       "upstream_max_abs", "by_case", "n_bad", "location", "axes",
-                                      "previous_tap", "previous_max_abs"} ]},
+                                      "previous_tap", "previous_max_abs", "cause"} ]},
       "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump",
                                                                              # "crashed" (message: the error line)
       "skipped": [str],                                  # registered backends not run (missing dependencies)
@@ -36,6 +36,8 @@ breaking it) include the fixture's own float32 golden as backend "golden.fp32". 
 version 1: `fixture_id`, the fixture's content hash (parity_harness/_fixture/identity.py, docs/dump-format.md),
 which `parity merge` uses to refuse reports of different fixtures; and the run status "dump"
 (`parity compare`: the outputs were read from the dump file named in `message`, `seconds` is 0).
+Also added in version 1: a first divergence's `cause`, the likely cause named from the numbers
+("; "-joined pattern names, "" when none applies: parity_harness/_compare/diagnose.py, docs/diagnosis.md).
 
 Also added in version 1: `decoding`, present when `parity run` attempted the decoding check
 (absent in `parity compare` reports: dumps hold no decoding; `parity merge` merges it), after the
@@ -181,6 +183,8 @@ def divergence_paragraph(d: FirstDivergence) -> str:
     others = {c: t for c, t in d.by_case.items() if t != d.tap}
     text = (f"{d.backend} {tier_label(d.precision, d.golden)}: first divergence at {d.tap}, "
             f"case {d.case}{where}{values}. {upstream}")
+    if d.cause:  # named from the numbers (parity_harness/_compare/diagnose.py)
+        text += f" Likely cause: {d.cause}."
     if d.by_case:
         text += f" {here} of the {len(d.by_case)} diverging case{'s' if len(d.by_case) != 1 else ''} first break here"
         if others:

@@ -15,6 +15,7 @@ import sys
 from typing import Any, ClassVar
 
 import numpy as np
+
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._core.errors import BackendFailed, ParityError
 from parity_harness._fixture.fixture import Fixture

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
+
 from parity_harness._backends.base import BackendOutput, Precision
 from parity_harness._backends.numpy_backend import NumpyBackend
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest

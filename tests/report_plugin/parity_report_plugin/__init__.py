@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._fixture.fixture import Fixture
 

@@ -23,10 +23,9 @@ from parity_harness._backends.onnx.graph import load_onnx
 from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
-    from parity_reference.config import GPTConfig
-
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.config import GPTConfig
 
 TOKEN_INPUT = "token"
 
