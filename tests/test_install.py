@@ -70,7 +70,8 @@ def test_parity_run_from_an_empty_directory_runs_every_builtin_backend(unpacked_
                           text=True, env=env, cwd=empty, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     header = proc.stdout.splitlines()[0]
-    assert header.startswith(f"parity: fixture {unpacked_wheel / 'harness' / '_toy_fixture'} (12 cases, 43 taps)")
+    toy = unpacked_wheel / "parity_harness" / "_toy_fixture"
+    assert header.startswith(f"parity: fixture {toy} (12 cases, 43 taps)")
     assert builtin_backends() > BROWSER_BACKENDS
     assert set(header.split("backends: ")[1].split(", ")) == builtin_backends() - BROWSER_BACKENDS
     skipped = [ln for ln in proc.stdout.splitlines() if ln.startswith("parity: skipped: ")]
