@@ -2,8 +2,10 @@
 
     python benchmarks/report_diff.py BEFORE.json AFTER.json
 
-Prints every difference as a JSON path (`results[12].max_abs: 1e-07 -> 2e-07`), then the fields only one side
-has (added or removed keys, by path with list indices folded to `[]`). Timings (`seconds` anywhere) are not
+Prints every difference as a JSON path (`results[pytorch/fp32/fp32/grammar_0/logits].max_abs: 1e-07 -> 2e-07`;
+rows of a report's lists are matched by the backend, precision, tier, case, tap and step they name), then what only
+one side has: added or removed keys (list indices folded to `[]`) and rows of backends only one side ran. Timings
+(`seconds` anywhere) are not
 compared. Exit 0 when the only differences are added fields, 1 when a value changed or a field went missing.
 """
 
@@ -16,6 +18,15 @@ from pathlib import Path
 from typing import Any
 
 IGNORED_KEYS = {"seconds"}
+# The fields that name a row of a report list: rows are matched by them, not by position, so a backend added
+# between two commits shows as added rows, not as every later row changed.
+ROW_KEYS = ("backend", "precision", "golden", "prompt", "case", "tap", "step")
+
+
+def row_key(row: Any) -> tuple[Any, ...] | None:
+    if isinstance(row, dict) and "backend" in row:
+        return tuple(row.get(k) for k in ROW_KEYS)
+    return None
 
 
 def walk(a: Any, b: Any, path: str, changed: list[str], added: set[str], removed: set[str]) -> None:
@@ -32,6 +43,18 @@ def walk(a: Any, b: Any, path: str, changed: list[str], added: set[str], removed
             else:
                 walk(a[key], b[key], where, changed, added, removed)
     elif isinstance(a, list) and isinstance(b, list):
+        keys_a, keys_b = [row_key(x) for x in a], [row_key(y) for y in b]
+        if a and b and None not in keys_a and None not in keys_b:  # report rows: match by what they name
+            by_b = dict(zip(keys_b, b, strict=True))
+            for key, x in zip(keys_a, a, strict=True):
+                label = f"{path}[{'/'.join(str(k) for k in key if k is not None)}]"
+                if key in by_b:
+                    walk(x, by_b[key], label, changed, added, removed)
+                else:
+                    removed.add(f"{path}[] row of {key[0]}")
+            for key in set(keys_b) - set(keys_a):
+                added.add(f"{path}[] rows of {key[0]}")
+            return
         if len(a) != len(b):
             changed.append(f"{path}: {len(a)} items -> {len(b)} items")
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
