@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._core.errors import FixtureError, ParityError
-from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
+from parity_harness._core.precision import DTYPES, TIERS, Precision
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -129,7 +129,7 @@ def parse_decoding(fixture: Fixture) -> Decoding | None:
 
     if not isinstance(raw, dict) or not isinstance(files, dict):
         raise fail("needs both the 'decoding' section and files.decoding, as objects")
-    for p in PRECISIONS:
+    for p in TIERS:
         if not isinstance(files.get(p), str):
             raise fail(f"files.decoding.{p} must name the {p} golden file")
     steps = raw.get("steps")

@@ -27,7 +27,7 @@ import numpy as np
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.input_files import MAX_MANIFEST_BYTES
-from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
+from parity_harness._core.precision import DTYPES, TIERS, Precision
 from parity_harness._core.strict_json import load_json_object
 from parity_harness._fixture.manifest import (
     FORMAT_NAME,
@@ -41,7 +41,7 @@ from parity_harness._fixture.manifest import (
     check_format,
     parse_manifest,
 )
-from parity_harness._fixture.tolerances import tap_magnitude
+from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude
 from parity_reference.config import param_shapes
 from parity_reference.taps import tap_shape_template
 
@@ -101,6 +101,7 @@ class Fixture:
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
         self._validated: set[Precision] = set()  # golden files checked by `validate_golden`
+        self._magnitudes: dict[str, float] | None = None  # M_tap of the fp32 golden (`tap_magnitudes`)
 
     # -- reading files ----------------------------------------------------------------------
     def _check_overrides(self, precision: Precision, golden: dict[str, dict[str, np.ndarray]]) -> None:
@@ -257,6 +258,20 @@ class Fixture:
         c = self.case(case)
         return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
 
+    def tap_magnitudes(self) -> dict[str, float]:
+        """M_tap of every tap: max |fp32 golden| over the cases and finite cells (read once, then cached)."""
+        if self._magnitudes is None:
+            magnitude: dict[str, float] = {}
+            for case in self.cases:
+                for tap, t in self.golden_case("fp32", case.name).items():
+                    magnitude[tap] = max(magnitude.get(tap, 0.0), tap_magnitude([t]))
+            self._magnitudes = magnitude
+        return dict(self._magnitudes)
+
+    def reduced_tolerance(self, precision: Precision, tap: str) -> Tolerance:
+        """A reduced precision's tolerance at a tap, in either golden tier: atol c * eps * M_tap, rtol 0."""
+        return Tolerance(reduced_atol(precision, self.spec.reduced_c[precision], self.tap_magnitudes()[tap]), 0.0)
+
     def golden_tap(self, precision: Precision, case: str, tap: str) -> np.ndarray:
         """One golden tensor of one case (read-only), read on its own (the diagnosis of a failing tap needs one)."""
         if precision in self._golden:
@@ -297,7 +312,7 @@ class Fixture:
     def check_before_running(self) -> None:
         """Before any backend runs (`parity run`, `parity compare`, the API): both golden files and the weights
         validated, so a broken fixture costs no backend time; a GPT-2-sized copy of the weights is not kept."""
-        for precision in PRECISIONS:
+        for precision in TIERS:
             self.preload_golden(precision)
         self.weights()
         self.release_weights()
