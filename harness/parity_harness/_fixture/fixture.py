@@ -16,7 +16,6 @@ the comparison reads.
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
 import stat
@@ -29,6 +28,7 @@ from parity_harness._core.errors import FixtureError
 from parity_harness._core.input_files import MAX_MANIFEST_BYTES
 from parity_harness._core.precision import DTYPES, TIERS, Precision
 from parity_harness._core.strict_json import load_json_object
+from parity_harness._fixture.files import frozen, read_safetensors, sha256_file
 from parity_harness._fixture.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -46,37 +46,9 @@ from parity_reference.config import param_shapes
 from parity_reference.taps import tap_shape_template
 
 if TYPE_CHECKING:
-    from parity_harness._fixture.decoding import Decoding
+    from parity_harness._fixture.decoding_section import Decoding
 
 LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:  # in chunks: a GPT-2-sized file is hundreds of MB
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def frozen(array: np.ndarray) -> np.ndarray:
-    """A read-only copy backed by immutable bytes: `flags.writeable = True` cannot undo it."""
-    data = np.ascontiguousarray(array)
-    return np.frombuffer(data.tobytes(), dtype=data.dtype).reshape(data.shape)
-
-
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file as numpy arrays; FixtureError if the file is unreadable."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    try:
-        # pread, not mmap: a mapped file's touched pages count in the process's RSS until it is closed.
-        return dict(load_file(str(path), backend="pread"))
-    except FileNotFoundError:
-        raise FixtureError(f"{path}: file not found") from None
-    except (SafetensorError, OSError, ValueError, TypeError) as exc:
-        raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
 class Fixture:
@@ -149,9 +121,9 @@ class Fixture:
     def decoding(self) -> Decoding | None:
         """The optional decoding section (prompts, steps; _fixture/decoding.py), checked; None if absent."""
         if not hasattr(self, "_decoding"):
-            from parity_harness._fixture.decoding import parse_decoding
+            from parity_harness._fixture.decoding_section import parse_decoding_section
 
-            self._decoding = parse_decoding(self)
+            self._decoding = parse_decoding_section(self.manifest, self.files, self.config, str(self.manifest_path))
         return self._decoding
 
     def case(self, name: str) -> Case:
@@ -447,6 +419,24 @@ def too_big(fixture: Fixture, limit: int, why: str) -> str | None:
     return f"declined above {limit:,} parameters (this model has {n:,}): {why}" if n > limit else None
 
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MANIFEST", "Case", "Fixture", "Manifest", "TierTolerances", "Tolerance",
-           "default_fixture_dir", "fixture_file", "fixture_from_manifest", "load_fixture", "read_manifest",
-           "read_safetensors", "row_axis", "safe_name", "sha256_file", "too_big"]
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "Case",
+    "Fixture",
+    "Manifest",
+    "TierTolerances",
+    "Tolerance",
+    "default_fixture_dir",
+    "fixture_file",
+    "fixture_from_manifest",
+    "frozen",
+    "load_fixture",
+    "read_manifest",
+    "read_safetensors",
+    "row_axis",
+    "safe_name",
+    "sha256_file",
+    "too_big",
+]
