@@ -3,7 +3,9 @@
 `python -m benchmarks.tolerance_units REPORT.json --fixture DIR`: REPORT.json is `parity run --json`
 on a scaled fixture (parity_harness/_authoring/presets.py). For each golden tier it prints the worst `max_abs /
 (eps_tier * M_tap)` per backend x precision (M_tap = max |golden| of the tap over the cases, in
-that tier's golden), and the taps where the worst ones happen: the table of docs/tolerances.md.
+that tier's golden), and the taps where the worst ones happen: the table of docs/tolerances.md. An fp16
+or bf16 result is counted in its own eps (2^-10, 2^-7) at the fp32 golden's M_tap, in both tiers: the rule
+it is judged by (docs/tolerances.md, "Reduced precision"). Works on any fixture (the toy, the stress one).
 """
 
 from __future__ import annotations
@@ -12,12 +14,9 @@ import argparse
 import json
 import sys
 
-import numpy as np
-
+from parity_harness._core.precision import EPS, is_reduced
 from parity_harness._fixture.fixture import load_fixture
 from parity_harness._fixture.tolerances import tap_magnitude
-
-EPS = {"fp32": float(np.finfo(np.float32).eps), "fp64": float(np.finfo(np.float64).eps)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         if t.get("max_abs") is None or t["status"] == "not_supported":
             continue
         tier = t["golden"]
-        m = magnitude[tier][t["tap"]]
-        units = t["max_abs"] / (EPS[tier] * m) if m else 0.0
+        reduced = is_reduced(t["precision"])
+        m = magnitude["fp32" if reduced else tier][t["tap"]]
+        eps = EPS[t["precision"] if reduced else tier]
+        units = t["max_abs"] / (eps * m) if m else 0.0
         rows.setdefault((t["backend"], t["precision"], tier), []).append((units, t["tap"]))
     print(f"{'backend':<22} {'result':<6} {'golden':<6} {'worst units':>11}  worst taps")
     for (backend, precision, tier), units in rows.items():

@@ -133,8 +133,8 @@ def test_api_run_checks_decoding_unless_told_not_to(toy: Fixture) -> None:
     ([], "all", "give at least one backend"),
     (NumpyBackend, "all", "pass an instance (NumpyBackend()), not the class"),
     (42, "all", "backend int: expected a registered name or a Backend instance"),
-    ("numpy", "fp16", "precision 'fp16': expected fp32, fp64 or all"),
-    ("numpy", [], "give at least one of fp32, fp64 or all"),
+    ("numpy", "fp8", "precision 'fp8': expected fp32, fp64, fp16, bf16 or all"),
+    ("numpy", [], "give at least one of fp32, fp64, fp16, bf16 or all"),
 ], ids=["api-unknown-name", "api-twice", "api-none", "api-a-class", "api-not-a-backend", "api-bad-precision",
         "api-no-precision"])
 def test_api_bad_input_is_one_line_parityerror(toy: Fixture, backends: object, precisions: object,

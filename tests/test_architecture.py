@@ -96,3 +96,51 @@ def test_exit_codes_are_decided_in_the_cli_only() -> None:
 def test_the_exit_code_scan_sees_a_decision() -> None:
     probe = "class R:\n    @property\n    def exit_code(self):\n        return EXIT_OK\n"
     assert len(_decides_an_exit_code(ast.parse(probe))) == 2
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every parity_harness module -> the parity_harness modules it imports anywhere (in functions and under
+    TYPE_CHECKING too)."""
+    root = REPO / "harness"
+    modules: dict[str, Path] = {}
+    for p in (root / "parity_harness").rglob("*.py"):
+        name = ".".join(p.relative_to(root).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = p
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("parity_harness"):
+                found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("parity_harness")}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                found.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, path)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return found
+
+
+def test_no_module_imports_itself_back_through_another() -> None:
+    graph = import_graph()
+    assert len(graph) > 80
+    assert cycles(graph) == []
+    assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]  # the check sees a cycle where there is one

@@ -131,8 +131,8 @@ def test_missing_fixture_directory_exits_2(tmp_path: Path) -> None:
 
 
 def test_usage_errors_exit_2(toy_dir: Path) -> None:
-    proc = run_cli("run", "--precision", "fp16")
-    assert proc.returncode == 2 and "invalid choice" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("run", "--precision", "fp8")
+    assert proc.returncode == 2 and "unknown precision 'fp8'" in proc.stderr and "Traceback" not in proc.stderr
     assert run_cli().returncode == 2
 
 

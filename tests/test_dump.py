@@ -138,6 +138,8 @@ def _malformed(src: Path, tmp: Path, kind: str) -> Path:
     elif kind == "format-version":
         save_file(tensors, str(out), metadata={**meta, "format_version": "99"})
     elif kind == "precision":
+        save_file(tensors, str(out), metadata={**meta, "precision": "fp8"})
+    elif kind == "fp16-off-grid":  # float32 tensors whose values fp16 cannot hold
         save_file(tensors, str(out), metadata={**meta, "precision": "fp16"})
     elif kind == "no-fixture-id":
         save_file(tensors, str(out), metadata={k: v for k, v in meta.items() if k != "fixture_id"})
@@ -159,7 +161,8 @@ def _malformed(src: Path, tmp: Path, kind: str) -> Path:
     ("unknown-key", "unknown key 'no_such_case/hook_embed'"),
     ("no-metadata", "no parity dump metadata"),
     ("format-version", "unknown dump format version '99'"),
-    ("precision", "metadata 'precision' is 'fp16'"),
+    ("precision", "metadata 'precision' is 'fp8'"),
+    ("fp16-off-grid", "not a fp16 value (a fp16 dump holds float32 tensors of fp16 values)"),
     ("no-fixture-id", "lacks 'fixture_id'"),
     ("no-tensors", "holds no tensors"),
     ("taps-unknown", "unknown tap 'hook_nonsense'"),

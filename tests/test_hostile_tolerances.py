@@ -24,7 +24,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from parity_harness._compare.judge import compare_tensors
-from parity_harness._core.precision import PRECISIONS, Precision
+from parity_harness._core.precision import TIERS, Precision
 from parity_harness._fixture.fixture import Fixture, load_fixture, row_axis
 from parity_harness._fixture.tolerances import CEILINGS, override_atol_ceiling, tap_magnitude, tap_range
 from tests.conftest import REPO, edit_manifest, rehash, run_cli
@@ -77,7 +77,7 @@ def test_bounded_taps_are_the_softmax_outputs_and_the_normalized_layernorm_outpu
     normalized = [t for t in bounded_taps(fixture) if t not in probability]
     assert normalized == [t for t in fixture.tap_names if t.endswith("hook_normalized")] and len(normalized) == 5
     # The ranges are true of the goldens (both tiers, every case): nothing outside them.
-    for precision in PRECISIONS:
+    for precision in TIERS:
         for case_taps in fixture.golden(precision).values():
             for tap in bounded_taps(fixture):
                 lo, hi = tap_range(fixture.config, tap)  # type: ignore[misc]
@@ -85,7 +85,7 @@ def test_bounded_taps_are_the_softmax_outputs_and_the_normalized_layernorm_outpu
 
 
 @pytest.mark.parametrize("name", ["toy", "stress"])
-@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("precision", TIERS)
 def test_tol_no_legal_override_lets_uniform_probabilities_pass(name: str, precision: Precision) -> None:
     """At its ceiling (atol and rtol), an override of a bounded tap still fails the null answer."""
     fixture = load_fixture(FIXTURES[name])
@@ -107,7 +107,7 @@ def test_tol_the_carried_magnitude_alone_would_let_uniform_probabilities_pass_on
 
 def test_tol_the_committed_stress_overrides_are_within_the_bounded_ceilings() -> None:
     fixture = load_fixture(STRESS)
-    for precision in PRECISIONS:
+    for precision in TIERS:
         carried = carried_magnitudes(fixture, precision)
         for tap, tol in fixture.tolerances[precision].overrides.items():
             bounds = tap_range(fixture.config, tap)
@@ -166,7 +166,7 @@ def test_tol_uniform_passing_override_is_refused_by_seal_and_run_and_loose_with_
 def add_rows(root: Path, rows: int) -> None:
     """`rows` on every tap, the golden files cut to match, hashes and seal rewritten (a deliberate edit)."""
     fixture = load_fixture(root)
-    for precision in PRECISIONS:
+    for precision in TIERS:
         path = fixture.golden_path(precision)
         tensors = load_file(str(path))
         for key, value in tensors.items():
@@ -207,7 +207,7 @@ def test_rows_are_in_the_pinned_tolerance_summary(rows_reports: RowsRuns) -> Non
     toy, rows = (json.loads(p.read_text()) for p in rows_reports[:2])
     assert toy["fixture_id"] == rows["fixture_id"]  # same weights, cases, config: the id cannot tell them apart
     names = load_fixture(FIXTURES["toy"]).tap_names
-    for tier in PRECISIONS:
+    for tier in TIERS:
         assert "rows" not in toy["tolerances"][tier]
         assert rows["tolerances"][tier]["rows"] == dict.fromkeys(names, 1)
         assert {k: v for k, v in rows["tolerances"][tier].items() if k != "rows"} == toy["tolerances"][tier]

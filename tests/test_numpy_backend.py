@@ -150,5 +150,5 @@ def test_registered_under_its_name() -> None:
 
     backend = load_backend("numpy")
     assert backend.name == "numpy" and backend.entry == "run_cases"
-    assert backend.precisions == ("fp32", "fp64")
+    assert backend.precisions == ("fp32", "fp64", "fp16")
     assert backend.missing() == []

@@ -28,6 +28,7 @@ from parity_harness._backends.base import PRECISIONS, Backend, Precision
 from parity_harness._backends.boundary import GuardedBackend, guarded
 from parity_harness._compare.report import Report
 from parity_harness._core.errors import BackendUnavailable, ParityError
+from parity_harness._core.precision import DEFAULT_PRECISIONS
 from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ __all__ = [
 
 BackendLike: TypeAlias = str | Backend | GuardedBackend  # a registered name, or an instance (yours or a built-in's)
 FixtureLike: TypeAlias = Fixture | str | os.PathLike[str] | None  # a loaded fixture, a directory, or None: the toy
-PrecisionLike: TypeAlias = str | Sequence[str]  # "fp32", "fp64", "all", or a list of them
+PrecisionLike: TypeAlias = str | Sequence[str]  # "fp32", "fp64", "fp16", "bf16", "all" (fp32, fp64), or a list
 Format: TypeAlias = Literal["text", "json", "junit", "markdown"]
 FORMATS: tuple[str, ...] = ("text", "json", "junit", "markdown")
 
@@ -91,15 +92,15 @@ def _fixture(fixture: FixtureLike) -> Fixture:
 def _precisions(precisions: PrecisionLike) -> list[Precision]:
     asked = [precisions] if isinstance(precisions, str) else list(precisions)
     if not asked:
-        raise ParityError("precisions: give at least one of fp32, fp64 or all")
+        raise ParityError("precisions: give at least one of fp32, fp64, fp16, bf16 or all")
     wanted: list[Precision] = []
     for p in asked:
-        if p == "all":
-            wanted += PRECISIONS
+        if p == "all":  # fp32 and fp64: the reduced precisions only when named
+            wanted += DEFAULT_PRECISIONS
         elif p in PRECISIONS:
             wanted.append(p)
         else:
-            raise ParityError(f"precision {p!r}: expected fp32, fp64 or all")
+            raise ParityError(f"precision {p!r}: expected fp32, fp64, fp16, bf16 or all")
     return list(dict.fromkeys(wanted))
 
 

@@ -2,7 +2,9 @@
 
 `reference_taps` is what `parity export` writes into the golden files, what the `pytorch` backend
 returns, and what the self-test runs with a patched copy of `run_with_taps`. In "fp64" the float32
-weights are upcast and everything, the positional table included, is computed in float64.
+weights are upcast and everything, the positional table included, is computed in float64; in "fp16"
+and "bf16" the weights are rounded to that dtype, every op computes in it, and the taps are widened
+to float32 (exactly) on the way out.
 """
 
 from __future__ import annotations
@@ -31,15 +33,24 @@ class CaseLike(Protocol):
     def tokens(self) -> Sequence[int]: ...
 
 
+def torch_dtype(precision: str) -> torch.dtype:
+    """The torch dtype a precision computes in: fp32, fp64, fp16 (float16) or bf16 (bfloat16)."""
+    import torch
+
+    dtypes = {"fp32": torch.float32, "fp64": torch.float64, "fp16": torch.float16, "bf16": torch.bfloat16}
+    return dtypes[precision]
+
+
 def torch_params(weights: Mapping[str, np.ndarray], precision: str, consume: bool = False) -> dict[str, torch.Tensor]:
-    """The weights as torch tensors of the precision's dtype ("fp32" or "fp64"), on one thread (reproducible).
+    """The weights as torch tensors of the precision's dtype ("fp32", "fp64", "fp16" or "bf16"), on one thread
+    (reproducible).
 
     `consume`: pop each array from `weights` (a dict) as it is converted, so that the float32 and the
     converted copies of a GPT-2-sized model are never both whole in memory.
     """
     import torch
 
-    dtype = torch.float32 if precision == "fp32" else torch.float64
+    dtype = torch_dtype(precision)
     torch.set_num_threads(1)  # bit-reproducible reductions
     if consume and isinstance(weights, dict):
         return {k: torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
@@ -69,5 +80,7 @@ def reference_taps(
             taps = compute(params, config, list(case.tokens))  # contiguous copies, one per tap
         else:
             taps = compute(params, config, list(case.tokens), lens_rows)
-        out[case.name] = {tap: t.numpy() for tap, t in taps.items()}
+        # fp16 and bf16 taps leave as float32 arrays holding the same values (exact: a widening cast)
+        out[case.name] = {tap: (t.to(torch.float32) if t.dtype in (torch.float16, torch.bfloat16) else t).numpy()
+                          for tap, t in taps.items()}
     return out

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._core.errors import FixtureError, ParityError
-from parity_harness._core.precision import DTYPES, PRECISIONS
+from parity_harness._core.precision import DTYPES, TIERS
 from parity_harness._fixture.decoding import (
     CACHE_LAYOUT,
     DEFAULT_PROMPTS,
@@ -100,7 +100,7 @@ def write_decoding_files(
     say(f"greedy tokens of {len(named)} decoding prompts, {steps} steps")
     found = greedy_prompts(weights, config, named, steps)
     files: dict[str, str] = {}
-    for precision in PRECISIONS:
+    for precision in TIERS:
         say(f"decoding goldens {precision}")
         tensors: dict[str, np.ndarray] = {}
         for p in found:

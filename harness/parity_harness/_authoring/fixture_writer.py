@@ -21,7 +21,7 @@ import numpy as np
 
 from parity_harness._backends.onnx.graph import OnnxGraph
 from parity_harness._core.errors import FixtureError
-from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
+from parity_harness._core.precision import DTYPES, TIERS, Precision
 from parity_harness._core.safe_write import write_atomic_with, write_text_atomic
 from parity_harness._core.strict_json import loads_strict
 from parity_harness._fixture.fixture import (
@@ -85,7 +85,7 @@ def write_fixture_files(
     save_tensors({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}, root / WEIGHTS_FILE)
     files: dict[str, Any] = {"weights": WEIGHTS_FILE, "golden": {}}
     taps = tap_names(config.n_layer)
-    for precision in PRECISIONS:
+    for precision in TIERS:
         say(f"golden {precision} taps for {len(cases)} cases")
         tier = golden(precision) if callable(golden) else golden[precision]
         name = f"golden.{precision}.safetensors"
@@ -163,7 +163,7 @@ def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tole
     manifest[SEAL_KEY] = manifest_digest(manifest)
     text = json.dumps(manifest, indent=1) + "\n"
     fixture = fixture_from_manifest(root, loads_strict(text), allow_loose_tolerances=allow_loose_tolerances)
-    for precision in PRECISIONS:  # the per-tap override ceilings need the goldens' magnitudes
+    for precision in TIERS:  # the per-tap override ceilings need the goldens' magnitudes
         fixture.validate_golden(precision)
     write_text_atomic(path, text, "manifest")
     return str(manifest[SEAL_KEY])

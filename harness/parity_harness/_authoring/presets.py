@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_harness._core.precision import PRECISIONS, Precision
+from parity_harness._core.precision import TIERS, Precision
 from parity_harness._fixture.fixture import Case
 from parity_reference.config import GPT2_SMALL, GPTConfig, param_shapes
 from parity_reference.taps import tap_names
@@ -96,7 +96,7 @@ def scaled_tolerances(goldens: Mapping[Precision, Mapping[str, Mapping[str, np.n
     from parity_harness._fixture.tolerances import tap_magnitude
 
     tolerances = default_tolerances()
-    for precision in PRECISIONS:
+    for precision in TIERS:
         overrides: dict[str, dict[str, float]] = {}
         for tap in taps:
             magnitude = tap_magnitude(case_taps[tap] for case_taps in goldens[precision].values())
@@ -124,7 +124,7 @@ def write_scaled_fixture(root: Path, config: GPTConfig, weights: dict[str, np.nd
     owned_entries(root, kind)
     rows = lens_tap_rows(config)
     goldens: dict[Precision, Any] = {}
-    for precision in PRECISIONS:
+    for precision in TIERS:
         lengths = ", ".join(str(len(c.tokens)) for c in cases)
         progress(f"golden {precision} taps for {len(cases)} cases (lengths {lengths})")
         goldens[precision] = reference_taps(weights, config, cases, precision, lens_rows=LENS_ROWS)

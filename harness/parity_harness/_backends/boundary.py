@@ -18,7 +18,7 @@ goes through one of its methods. Every call:
 The rules of the contract (docs/adding-a-backend.md states them for authors):
 
 - declarations: `name` is the name it is registered under; `precisions` a non-empty subset of
-  fp32/fp64 without repeats; `requires` module names; `description` and `install_hint` strings;
+  fp32/fp64/fp16/bf16 without repeats; `requires` module names; `description` and `install_hint` strings;
   `runs_graph` a bool. They are
   read once, when the wrapper is made, and the wrapper keeps its own copy.
 - `missing_dependencies()` returns a list of strings; `declines(fixture)` a reason (str) or None;
@@ -29,7 +29,10 @@ The rules of the contract (docs/adding-a-backend.md states them for authors):
   its parent streams. Its output is a dict with exactly the fixture's cases (or, from `run_cases`, one
   `(case name, taps)` pair per case, in the fixture's order), each a dict of declared taps only, each a
   `numpy.ndarray` (not a subclass). A declared tap that is missing, or an array of the wrong shape, dtype
-  or with NaN, is left to the comparison: a failed check (exit 1) at that tap.
+  or with NaN, is left to the comparison: a failed check (exit 1) at that tap. An fp16 or bf16 result is a
+  float32 array (the precision's container, `DTYPES`) holding values exactly representable in that
+  precision (`unrepresentable`): a float32 value that is not is a broken contract (exit 2, one line),
+  since what was judged would not be what the precision computes.
 - decoding: `decode` returns a dict with exactly the requests' names, each a dict of `"step{k}/{tap}"`
   keys of the request's steps and the decoding taps only, each a `numpy.ndarray`. A missing key is left to
   the comparison, as for the forward pass.
@@ -50,6 +53,7 @@ import numpy as np
 from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision
 from parity_harness._backends.guard import call_backend, one_line
 from parity_harness._core.errors import BackendMisbehaved
+from parity_harness._core.precision import unrepresentable
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
@@ -101,14 +105,14 @@ def read_declarations(backend: Backend, name: str) -> Declarations:
         raise BackendMisbehaved(f"backend {one_line(repr(declared))}: a name must be non-empty, printable, without "
                                 "a comma or a space (--backends takes a comma-separated list)")
     if not isinstance(precisions, tuple | list) or not all(isinstance(p, str) for p in precisions):
-        raise BackendMisbehaved(f"backend {name!r}: precisions must be a tuple of 'fp32'/'fp64', "
+        raise BackendMisbehaved(f"backend {name!r}: precisions must be a tuple of {'/'.join(PRECISIONS)}, "
                             f"got {one_line(repr(precisions))[:80]}")
     unknown = [p for p in precisions if p not in PRECISIONS]
     if unknown:
         raise BackendMisbehaved(f"backend {name!r} declares unknown precision {one_line(unknown[0])!r} "
                             f"(known: {', '.join(PRECISIONS)})")
     if not precisions or len(set(precisions)) != len(precisions):
-        raise BackendMisbehaved(f"backend {name!r}: precisions must be a non-empty subset of ('fp32', 'fp64') "
+        raise BackendMisbehaved(f"backend {name!r}: precisions must be a non-empty subset of {PRECISIONS} "
                             f"without repeats, got {tuple(precisions)}")
     if not isinstance(requires, tuple | list) or not all(isinstance(m, str) and m for m in requires):
         raise BackendMisbehaved(f"backend {name!r}: requires must be a tuple of module names, "
@@ -138,6 +142,17 @@ def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) ->
                                 "expected numpy.ndarray")
         copied[tap] = np.array(array, copy=True)
     return copied
+
+
+def check_representable(name: str, precision: Precision, case: str, taps: dict[str, np.ndarray]) -> None:
+    """A reduced-precision case's float32 arrays hold only values of that precision; BackendMisbehaved otherwise."""
+    for tap, array in taps.items():
+        index = unrepresentable(array, precision)
+        if index is not None:
+            value = float(array[index]) if array.ndim else float(array)
+            raise BackendMisbehaved(f"backend {name!r} ({precision}), {case}/{tap}: {value!r} at {list(index)} is not "
+                                    f"a {precision} value ({precision} results are float32 arrays holding "
+                                    f"{precision} values: round each tap to {precision} before returning it)")
 
 
 def checked_output(name: str, fixture: Fixture, output: object, supported: list[str]) -> BackendOutput:
@@ -357,7 +372,9 @@ class GuardedBackend:
             checked = checked_output(self.name, fixture, output, supported)
             del output
             for case in fixture.cases:
-                yield case, checked.pop(case.name)
+                taps = checked.pop(case.name)
+                check_representable(self.name, precision, case.name, taps)
+                yield case, taps
             return
         declared = set(supported)
         start = time.perf_counter()
@@ -375,6 +392,7 @@ class GuardedBackend:
                                     "was due (one (case name, taps) pair per case, in the fixture's order)")
             taps = checked_case_taps(self.name, case.name, item[1], declared)
             del item  # the backend's own arrays: only the checked copy stays alive while it is compared
+            check_representable(self.name, precision, case.name, taps)
             yield case, taps
             del taps
         extra = self._call(what, lambda: next(cases, _END))

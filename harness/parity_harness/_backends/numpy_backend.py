@@ -1,13 +1,20 @@
-"""The NumPy backend: parity_reference/numpy_model.py on every case of a fixture, in float32 and float64.
+"""The NumPy backend: parity_reference/numpy_model.py on every case of a fixture, in float32, float64 and fp16.
 
 This is the backend to copy when you add one (docs/adding-a-backend.md walks through it): the
 model is one plain-NumPy function per step (parity_reference/numpy_model.py); the class below casts the
 weights once to the precision's dtype, checks the tokens, and yields every tap case by case.
+
+fp16 is NumPy's float16 arithmetic: every op rounds to float16 (erf is taken in float64 and rounded, as
+in the other dtypes); the taps leave as float32 arrays (the reduced precisions' container, exact). There
+is no bf16: NumPy has no bfloat16 dtype, and emulating it would mean rounding after every op inside
+numpy_model.py, whose matmuls would still accumulate in float32 between roundings: a model of a
+bf16 kernel, not bf16 arithmetic (docs/tolerances.md, "Reduced precision").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -18,13 +25,16 @@ from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, reques
 from parity_harness._fixture.fixture import Fixture
 from parity_reference.numpy_model import decode, forward
 
+# The dtype each precision computes in (DTYPES is the dtype results are returned in).
+COMPUTE: dict[Precision, type[np.floating[Any]]] = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}
+
 
 class NumpyBackend(Backend):
     """parity_reference/numpy_model.py's forward pass, on every case of a fixture."""
 
     name = "numpy"
-    description = "plain NumPy forward pass (math.erf for GELU), float32 and float64"
-    precisions = ("fp32", "fp64")
+    description = "plain NumPy forward pass (math.erf for GELU), float32, float64 and float16"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16")
     requires = ("numpy",)
     install_hint = "pip install numpy"
 
@@ -34,7 +44,7 @@ class NumpyBackend(Backend):
         return dict(self.run_cases(fixture, precision))
 
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        config, dtype = fixture.config, DTYPES[precision]
+        config, dtype = fixture.config, COMPUTE[precision]
         # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
         weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: each float32 array is freed once cast (pop)
@@ -51,7 +61,8 @@ class NumpyBackend(Backend):
                     f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})"
                 )
             taps = forward(params, config, tokens, lens_rows)
-            yield case.name, {tap: taps[tap] for tap in self.supported_taps(fixture)}
+            out = DTYPES[precision]  # fp16: widened to the float32 container (exact)
+            yield case.name, {tap: taps[tap].astype(out, copy=False) for tap in self.supported_taps(fixture)}
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True

@@ -1,7 +1,10 @@
-"""The `pytorch` backend: the reference model itself (parity_reference/model.py), in float32 and float64.
+"""The `pytorch` backend: the reference model itself (parity_reference/model.py), in fp32, fp64, fp16 and bf16.
 
 In float64 the float32 weights are upcast and everything, the positional table included, is
-computed in float64: this is what the fp64 golden file holds. It streams: one case at a time.
+computed in float64: this is what the fp64 golden file holds. In fp16 and bf16 (on the CPU) the
+weights are rounded to torch.float16 / torch.bfloat16, every op computes in that dtype, and the taps
+are widened to float32 arrays (exactly: the reduced precisions' container). It streams: one case at a
+time. Decoding is checked in fp32 and fp64 only.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ if TYPE_CHECKING:
 
 class PyTorchBackend(Backend):
     name: ClassVar[str] = "pytorch"
-    description: ClassVar[str] = "the PyTorch reference (parity_reference/model.py)"
-    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    description: ClassVar[str] = "the PyTorch reference (parity_reference/model.py); fp16 and bf16 on the CPU"
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
     requires: ClassVar[tuple[str, ...]] = ("torch",)
     install_hint: ClassVar[str] = "pip install 'parity-harness[torch]'"
 

@@ -24,6 +24,7 @@ from parity_harness._backends.guard import describe_exception, one_line, sigint_
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._cli.exit_codes import AGREE, BAD_INPUT, DISAGREE, INTERRUPTED, for_verdict
 from parity_harness._core.errors import BackendMisbehaved, BackendUnavailable, ParityError
+from parity_harness._core.precision import DEFAULT_PRECISIONS
 from parity_harness._core.resources import stress_fixture_dir
 from parity_harness._core.sanitize import safe_streams, safe_text
 from parity_harness._core.status import RunStatus, Verdict
@@ -48,7 +49,20 @@ def _parse_backends(text: str | None) -> list[str] | None:
 
 
 def _precisions(text: str) -> list[Precision]:
-    return list(PRECISIONS) if text == "all" else [cast(Precision, text)]
+    """`all` (fp32, fp64: the reduced precisions only when named), one precision, or a comma-separated list."""
+    wanted: list[Precision] = []
+    for p in (n.strip() for n in text.split(",")):
+        wanted += list(DEFAULT_PRECISIONS) if p == "all" else [cast(Precision, p)]
+    return list(dict.fromkeys(wanted))
+
+
+def _precision_list(text: str) -> str:
+    """argparse type of `run --precision`: every name known, else its one-line error (exit 2)."""
+    unknown = [p for p in (n.strip() for n in text.split(",")) if p != "all" and p not in PRECISIONS]
+    if unknown or not text.strip():
+        raise argparse.ArgumentTypeError(f"unknown precision {unknown[0] if unknown else text!r}: expected "
+                                         f"{', '.join(PRECISIONS)}, all (fp32,fp64) or a comma-separated list")
+    return text
 
 
 def select_backends(names: list[str] | None) -> tuple[list[GuardedBackend], list[str]]:
@@ -494,8 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run backends on a fixture and compare every tap")
     run.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     run.add_argument("--backends", help="comma-separated backend names (default: every available backend)")
-    run.add_argument("--precision", choices=["fp32", "fp64", "all"], default="all",
-                     help="which computations to check (default: all)")
+    run.add_argument("--precision", type=_precision_list, default="all",
+                     help="which computations to check: fp32, fp64, fp16, bf16, comma-separated, or all "
+                          "(fp32,fp64; the default)")
     run.add_argument("--no-skip", action="store_true",
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")

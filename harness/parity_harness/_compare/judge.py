@@ -13,6 +13,11 @@ The rules (docs/spec.md, section 3):
 - reported: max absolute error, max relative error (|a - b| / max(|b|, guard), where the guard is
   the atol, or the dtype's tiny when atol is 0), the index and both values of the worst cell,
   and the smallest atol that would have passed with the same rtol ("min_atol").
+- a reduced-precision result (fp16, bf16: float32 arrays, `_core/precision.py`) is compared in float64
+  with either golden; where it holds an infinity or NaN and the golden is finite, a value left the
+  precision's range (fp16 ends at 65504): the check fails with "overflow" and the first such cell,
+  before any difference is looked at (`overflow_message`), so the first divergence names the first
+  tap where a value overflowed instead of a wall of NaN differences.
 Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`.
 """
 
@@ -20,9 +25,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
+from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced
 from parity_harness._core.status import Status
 
 OK, FAIL, NOT_SUPPORTED = Status.OK, Status.FAIL, Status.NOT_SUPPORTED
@@ -136,13 +143,45 @@ def judge_tensor(
     if actual is None:
         return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, step=step,
                            message="missing: the backend declares this tap but did not return it")
-    if golden != precision:
+    if is_reduced(precision):
+        container = np.dtype(DTYPES[cast(Precision, precision)])
+        if isinstance(actual, np.ndarray) and actual.dtype == container and actual.shape == expected.shape:
+            overflow = overflow_message(actual, expected, cast(Precision, precision))
+            if overflow is not None:
+                message, idx, n = overflow
+                return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
+                                   math.inf, list(idx), _cell(actual, idx), _cell(expected, idx), message, n, step)
+            actual = actual.astype(np.float64)
+        elif isinstance(actual, np.ndarray) and actual.dtype != container:
+            return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
+                               math.inf, message=f"dtype {actual.dtype} != expected {container} ({precision} results "
+                               f"are {container} arrays holding {precision} values)", step=step)
+        expected = expected.astype(np.float64)
+    elif golden != precision:
         expected = expected.astype(np.float64)
     cmp = compare_tensors(actual, expected, atol, rtol)
     return CheckResult(
         backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
         cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad, step,
     )
+
+
+def overflow_message(actual: np.ndarray, expected: np.ndarray,
+                     precision: Precision) -> tuple[str, tuple[int, ...], int] | None:
+    """A reduced-precision result that left its range: (message, first cell, cells) or None.
+
+    A cell overflowed where the result is an infinity or NaN and the golden is finite: an inf is the
+    value itself beyond the range; a NaN, an intermediate that was (inf - inf, inf x 0), as in a
+    variance E[x^2] - E[x]^2 whose squares pass 65504 in fp16.
+    """
+    gone = ~np.isfinite(actual) & np.isfinite(expected)
+    if not gone.any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(gone)[0])
+    a, b = _cell(actual, idx), _cell(expected, idx)
+    what = "the value itself" if math.isinf(a) else "an intermediate of this tap (inf - inf or inf x 0 gave NaN)"
+    return (f"overflow: {a} at {list(idx)} where the golden is {b:.6g}: {what} left the {precision} range "
+            f"(largest finite {MAX_FINITE[precision]:.6g}); {int(gone.sum())} such cells", idx, int(gone.sum()))
 
 
 @dataclass

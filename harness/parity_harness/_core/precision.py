@@ -2,6 +2,12 @@
 
 This module imports nothing of parity's, so the fixture reader, the comparison, the runner, the
 views and the backends can all depend on it without depending on each other.
+
+Four precisions, two golden tiers. `fp32` and `fp64` are also the golden tiers (the fixture's two
+golden files). `fp16` and `bf16` are reduced precisions (docs/tolerances.md, "Reduced precision"):
+NumPy has no bfloat16, so a backend returns their results as **float32 arrays holding values exactly
+representable in the precision** (the container, `DTYPES`), checked at the boundary (`unrepresentable`),
+and they are judged against both golden tiers at the per-tap rule `c * eps * M_tap`.
 """
 
 from __future__ import annotations
@@ -10,13 +16,49 @@ from typing import Any, Literal
 
 import numpy as np
 
-Precision = Literal["fp32", "fp64"]  # what a backend computes in, and which golden tier
-PRECISIONS: tuple[Precision, ...] = ("fp32", "fp64")
-DTYPES: dict[Precision, type[np.floating[Any]]] = {"fp32": np.float32, "fp64": np.float64}
+Precision = Literal["fp32", "fp64", "fp16", "bf16"]  # what a backend computes in
+Tier = Literal["fp32", "fp64"]  # a golden file (and the precision that made it)
+TIERS: tuple[Tier, ...] = ("fp32", "fp64")
+REDUCED: tuple[Precision, ...] = ("fp16", "bf16")  # judged by the per-tap rule, in a float32 container
+PRECISIONS: tuple[Precision, ...] = (*TIERS, *REDUCED)
+DEFAULT_PRECISIONS: tuple[Precision, ...] = TIERS  # what `--precision all` (and no --precision) runs
+# The dtype of the arrays a backend returns: fp16 and bf16 results come as float32 (exactly representable values).
+DTYPES: dict[Precision, type[np.floating[Any]]] = {
+    "fp32": np.float32, "fp64": np.float64, "fp16": np.float32, "bf16": np.float32}
+# Machine epsilon: the spacing of numbers just above 1 (fp16 2^-10, bf16 2^-7: 10 and 7 stored mantissa bits).
+EPS: dict[Precision, float] = {"fp32": 2.0**-23, "fp64": 2.0**-52, "fp16": 2.0**-10, "bf16": 2.0**-7}
+# The largest finite value (bf16 keeps float32's exponent range).
+MAX_FINITE: dict[Precision, float] = {p: float(np.finfo(np.float32).max) for p in ("fp32", "bf16")} | {
+    "fp64": float(np.finfo(np.float64).max), "fp16": float(np.finfo(np.float16).max)}
 BackendOutput = dict[str, dict[str, np.ndarray]]  # {case name: {tap name: array}}
 
 
-def tiers_for(precision: Precision) -> list[Precision]:
+def tiers_for(precision: Precision) -> list[Tier]:
     """The golden files a result of `precision` is compared with, in report order: a float64 result
-    against the float64 golden, and against the float32 one at the fp32 tolerance."""
+    against the float64 golden, and against the float32 one at the fp32 tolerance; a reduced-precision
+    result against both, at its own per-tap rule."""
     return ["fp32"] if precision == "fp32" else ["fp64", "fp32"]
+
+
+def is_reduced(precision: str) -> bool:
+    """True for fp16 and bf16: the precisions judged by the per-tap rule, in a float32 container."""
+    return precision in REDUCED
+
+
+def unrepresentable(array: np.ndarray, precision: Precision) -> tuple[int, ...] | None:
+    """The first finite cell of a float32 `array` that is not exactly representable in `precision`, or None.
+
+    fp16: x == float32(float16(x)) (a finite float32 beyond 65504 is not: fp16 would hold inf);
+    bf16: the low 16 bits of the float32 are zero. Non-finite cells are left to the judge.
+    """
+    if not is_reduced(precision) or array.dtype != np.float32 or array.size == 0:
+        return None
+    finite = np.isfinite(array)
+    if precision == "fp16":
+        with np.errstate(over="ignore"):
+            bad = finite & (array.astype(np.float16).astype(np.float32) != array)
+    else:
+        bad = finite & ((array.view(np.uint32) & np.uint32(0xFFFF)) != 0)
+    if not bad.any():
+        return None
+    return tuple(int(i) for i in np.argwhere(bad)[0])

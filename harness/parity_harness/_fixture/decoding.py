@@ -26,13 +26,20 @@ A backend's decoding output (`Backend.decode`) has the same keys without the pro
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from parity_harness._core.errors import FixtureError, ParityError
-from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
+from parity_harness._core.precision import DTYPES, Precision
+from parity_harness._fixture.decoding_section import (
+    CACHE_LAYOUT,
+    DecodeRequest,
+    Decoding,
+    Prompt,
+    decode_tap_names,
+    parse_decoding_section,
+)
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -43,7 +50,6 @@ GOLDEN_FILES: dict[Precision, str] = {
     "fp64": "golden.decode.fp64.safetensors",
 }
 ONNX_FILE = "model.decode.onnx"
-CACHE_LAYOUT = ["H", "T", "d_head"]
 DEFAULT_STEPS = 6
 # The toy's decoding prompts: (name, words). The start marker "." comes first, as in training.
 DEFAULT_PROMPTS: tuple[tuple[str, str], ...] = (
@@ -56,14 +62,6 @@ DEFAULT_PROMPTS: tuple[tuple[str, str], ...] = (
 DecodeOutput = dict[str, dict[str, np.ndarray]]  # {prompt: {"step{k}/{tap}": array}}
 
 
-def decode_tap_names(n_layer: int) -> list[str]:
-    """The taps of one decoding step, in dataflow order: each block's cache keys and values, then logits."""
-    names: list[str] = []
-    for i in range(n_layer):
-        names += [f"blocks.{i}.attn.cache_k", f"blocks.{i}.attn.cache_v"]
-    return [*names, "logits"]
-
-
 def step_key(step: int, tap: str) -> str:
     return f"step{step}/{tap}"
 
@@ -73,37 +71,6 @@ def decode_tap_shape(config: GPTConfig, tap: str, n_pos: int) -> tuple[int, ...]
     if tap == "logits":
         return (config.vocab_size,)
     return (config.n_head, n_pos, config.d_head)
-
-
-@dataclass(frozen=True)
-class Prompt:
-    name: str  # the prefix of its golden keys, "{name}/step{k}/{tap}"
-    tokens: tuple[int, ...]  # the prompt, 1 <= len, len + steps <= n_ctx
-    text: str = ""
-    generated: tuple[int, ...] = ()  # greedy token of each step 0..N (N + 1); the first N are fed
-
-
-@dataclass(frozen=True)
-class DecodeRequest:
-    """What a backend decodes: prefill `prompt`, then `steps` steps feeding `feed` (None: its own greedy tokens)."""
-
-    name: str
-    prompt: tuple[int, ...]
-    steps: int
-    feed: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """A fixture's decoding section."""
-
-    steps: int
-    prompts: tuple[Prompt, ...]
-    taps: tuple[str, ...]
-
-    def requests(self) -> list[DecodeRequest]:
-        """The fixture's prompts, each step fed the golden's greedy token (teacher forcing)."""
-        return [DecodeRequest(p.name, p.tokens, self.steps, p.generated[: self.steps]) for p in self.prompts]
 
 
 def requests_for(fixture: Fixture, requests: list[DecodeRequest] | None) -> list[DecodeRequest]:
@@ -118,51 +85,7 @@ def requests_for(fixture: Fixture, requests: list[DecodeRequest] | None) -> list
 
 def parse_decoding(fixture: Fixture) -> Decoding | None:
     """The manifest's `decoding` section, checked; None when the fixture has none."""
-    raw = fixture.manifest.get("decoding")
-    files = fixture.files.get("decoding")
-    if raw is None and files is None:
-        return None
-    where = f"{fixture.manifest_path}: decoding"
-
-    def fail(what: str) -> FixtureError:
-        return FixtureError(f"{where}: {what}")
-
-    if not isinstance(raw, dict) or not isinstance(files, dict):
-        raise fail("needs both the 'decoding' section and files.decoding, as objects")
-    for p in PRECISIONS:
-        if not isinstance(files.get(p), str):
-            raise fail(f"files.decoding.{p} must name the {p} golden file")
-    steps = raw.get("steps")
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise fail(f"steps must be a positive integer, got {steps!r}")
-    if raw.get("cache_layout") != CACHE_LAYOUT:
-        raise fail(f"cache_layout must be {CACHE_LAYOUT}, got {raw.get('cache_layout')!r}")
-    config = fixture.config
-    taps = decode_tap_names(config.n_layer)
-    if raw.get("taps", taps) != taps:
-        raise fail(f"taps must be {taps}")
-    prompts: list[Prompt] = []
-    raw_prompts = raw.get("prompts")
-    if not isinstance(raw_prompts, list) or not raw_prompts:
-        raise fail("prompts must be a non-empty list")
-    for i, entry in enumerate(raw_prompts):
-        if not isinstance(entry, dict):
-            raise fail(f"prompts[{i}] is not an object")
-        name, tokens, generated = entry.get("name"), entry.get("tokens"), entry.get("generated")
-        if not isinstance(name, str) or not name or "/" in name or name in {p.name for p in prompts}:
-            raise fail(f"prompts[{i}]: name {name!r} is empty, contains '/', or is repeated")
-        for what, seq, n in (("tokens", tokens, None), ("generated", generated, steps + 1)):
-            ok = isinstance(seq, list) and len(seq) >= 1 and all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < config.vocab_size for t in seq
-            )
-            if not ok or (n is not None and len(seq) != n):  # type: ignore[arg-type]
-                size = f"{n} " if n is not None else ""
-                raise fail(f"prompt {name!r}: {what} must be a list of {size}token ids in [0, {config.vocab_size})")
-        assert isinstance(tokens, list) and isinstance(generated, list)
-        if len(tokens) + steps > config.n_ctx:
-            raise fail(f"prompt {name!r}: {len(tokens)} tokens + {steps} steps exceed the context ({config.n_ctx})")
-        prompts.append(Prompt(name, tuple(tokens), str(entry.get("text", "")), tuple(generated)))
-    return Decoding(steps, tuple(prompts), tuple(taps))
+    return parse_decoding_section(fixture.manifest, fixture.files, fixture.config, str(fixture.manifest_path))
 
 
 def reference_decode(
@@ -188,7 +111,7 @@ def reference_decode(
 
 def golden_decoding(fixture: Fixture, precision: Precision) -> DecodeOutput:
     """The decoding goldens of one tier {prompt: {"step{k}/{tap}": array}}: every key, shape, dtype checked, no NaN."""
-    from parity_harness._fixture.fixture import read_safetensors
+    from parity_harness._fixture.files import read_safetensors
 
     decoding = fixture.decoding()
     if decoding is None:
@@ -251,3 +174,26 @@ def encode_words(text: str, vocab: Sequence[str]) -> tuple[int, ...]:
         raise ParityError(f"unknown word {unknown[0]!r} in the prompt (the vocabulary: {' '.join(vocab)})")
     ids = tuple(vocab.index(w) for w in words)
     return ids if ids[0] == 0 else (0, *ids)
+
+
+__all__ = [
+    "CACHE_LAYOUT",
+    "DEFAULT_PROMPTS",
+    "DEFAULT_STEPS",
+    "GOLDEN_FILES",
+    "ONNX_FILE",
+    "DecodeOutput",
+    "DecodeRequest",
+    "Decoding",
+    "Prompt",
+    "decode_tap_names",
+    "decode_tap_shape",
+    "encode_words",
+    "golden_decoding",
+    "parse_decoding",
+    "reference_decode",
+    "requests_for",
+    "step_key",
+    "steps_to_output",
+    "top2_margin",
+]

@@ -16,7 +16,6 @@ the comparison reads.
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
 import stat
@@ -27,8 +26,9 @@ import numpy as np
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.input_files import MAX_MANIFEST_BYTES
-from parity_harness._core.precision import DTYPES, PRECISIONS, Precision
+from parity_harness._core.precision import DTYPES, TIERS, Precision
 from parity_harness._core.strict_json import load_json_object
+from parity_harness._fixture.files import frozen, read_safetensors, sha256_file
 from parity_harness._fixture.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -41,42 +41,14 @@ from parity_harness._fixture.manifest import (
     check_format,
     parse_manifest,
 )
-from parity_harness._fixture.tolerances import tap_magnitude
+from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude
 from parity_reference.config import param_shapes
 from parity_reference.taps import tap_shape_template
 
 if TYPE_CHECKING:
-    from parity_harness._fixture.decoding import Decoding
+    from parity_harness._fixture.decoding_section import Decoding
 
 LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:  # in chunks: a GPT-2-sized file is hundreds of MB
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def frozen(array: np.ndarray) -> np.ndarray:
-    """A read-only copy backed by immutable bytes: `flags.writeable = True` cannot undo it."""
-    data = np.ascontiguousarray(array)
-    return np.frombuffer(data.tobytes(), dtype=data.dtype).reshape(data.shape)
-
-
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file as numpy arrays; FixtureError if the file is unreadable."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    try:
-        # pread, not mmap: a mapped file's touched pages count in the process's RSS until it is closed.
-        return dict(load_file(str(path), backend="pread"))
-    except FileNotFoundError:
-        raise FixtureError(f"{path}: file not found") from None
-    except (SafetensorError, OSError, ValueError, TypeError) as exc:
-        raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
 class Fixture:
@@ -101,6 +73,7 @@ class Fixture:
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
         self._validated: set[Precision] = set()  # golden files checked by `validate_golden`
+        self._magnitudes: dict[str, float] | None = None  # M_tap of the fp32 golden (`tap_magnitudes`)
 
     # -- reading files ----------------------------------------------------------------------
     def _check_overrides(self, precision: Precision, golden: dict[str, dict[str, np.ndarray]]) -> None:
@@ -148,9 +121,9 @@ class Fixture:
     def decoding(self) -> Decoding | None:
         """The optional decoding section (prompts, steps; _fixture/decoding.py), checked; None if absent."""
         if not hasattr(self, "_decoding"):
-            from parity_harness._fixture.decoding import parse_decoding
+            from parity_harness._fixture.decoding_section import parse_decoding_section
 
-            self._decoding = parse_decoding(self)
+            self._decoding = parse_decoding_section(self.manifest, self.files, self.config, str(self.manifest_path))
         return self._decoding
 
     def case(self, name: str) -> Case:
@@ -257,6 +230,20 @@ class Fixture:
         c = self.case(case)
         return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
 
+    def tap_magnitudes(self) -> dict[str, float]:
+        """M_tap of every tap: max |fp32 golden| over the cases and finite cells (read once, then cached)."""
+        if self._magnitudes is None:
+            magnitude: dict[str, float] = {}
+            for case in self.cases:
+                for tap, t in self.golden_case("fp32", case.name).items():
+                    magnitude[tap] = max(magnitude.get(tap, 0.0), tap_magnitude([t]))
+            self._magnitudes = magnitude
+        return dict(self._magnitudes)
+
+    def reduced_tolerance(self, precision: Precision, tap: str) -> Tolerance:
+        """A reduced precision's tolerance at a tap, in either golden tier: atol c * eps * M_tap, rtol 0."""
+        return Tolerance(reduced_atol(precision, self.spec.reduced_c[precision], self.tap_magnitudes()[tap]), 0.0)
+
     def golden_tap(self, precision: Precision, case: str, tap: str) -> np.ndarray:
         """One golden tensor of one case (read-only), read on its own (the diagnosis of a failing tap needs one)."""
         if precision in self._golden:
@@ -297,7 +284,7 @@ class Fixture:
     def check_before_running(self) -> None:
         """Before any backend runs (`parity run`, `parity compare`, the API): both golden files and the weights
         validated, so a broken fixture costs no backend time; a GPT-2-sized copy of the weights is not kept."""
-        for precision in PRECISIONS:
+        for precision in TIERS:
             self.preload_golden(precision)
         self.weights()
         self.release_weights()
@@ -432,6 +419,24 @@ def too_big(fixture: Fixture, limit: int, why: str) -> str | None:
     return f"declined above {limit:,} parameters (this model has {n:,}): {why}" if n > limit else None
 
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MANIFEST", "Case", "Fixture", "Manifest", "TierTolerances", "Tolerance",
-           "default_fixture_dir", "fixture_file", "fixture_from_manifest", "load_fixture", "read_manifest",
-           "read_safetensors", "row_axis", "safe_name", "sha256_file", "too_big"]
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "Case",
+    "Fixture",
+    "Manifest",
+    "TierTolerances",
+    "Tolerance",
+    "default_fixture_dir",
+    "fixture_file",
+    "fixture_from_manifest",
+    "frozen",
+    "load_fixture",
+    "read_manifest",
+    "read_safetensors",
+    "row_axis",
+    "safe_name",
+    "sha256_file",
+    "too_big",
+]

@@ -9,14 +9,21 @@ parity_harness/_fixture/fixture.py's `Fixture`, which holds a `Manifest`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
 from parity_harness._core.errors import FixtureError
-from parity_harness._core.precision import PRECISIONS, Precision
+from parity_harness._core.precision import REDUCED, TIERS, Precision
 from parity_harness._fixture.schema import SEAL_KEY, manifest_digest, validate_manifest
-from parity_harness._fixture.tolerances import default_problems, override_problems, tap_range
+from parity_harness._fixture.tolerances import (
+    REDUCED_C,
+    default_problems,
+    override_problems,
+    reduced_c_problems,
+    tap_range,
+)
 from parity_reference.config import GPTConfig
 from parity_reference.taps import tap_names as expected_tap_names
 from parity_reference.taps import tap_shape_template
@@ -67,6 +74,8 @@ class Manifest:
     hashes: dict[str, str]
     seal: str
     allow_loose_tolerances: bool = False
+    # c of the per-tap rule for fp16 and bf16: the manifest's `tolerances.reduced`, else the default REDUCED_C
+    reduced_c: dict[Precision, float] = field(default_factory=lambda: dict(REDUCED_C))
 
     def _fail(self, what: str) -> FixtureError:
         return FixtureError(f"{self.where}: {what}")
@@ -149,7 +158,8 @@ class _Parser:
         cases = self._parse_cases()
         self.tap_names = self._parse_taps()
         tap_rows = {t["name"]: t["rows"] for t in self.manifest["taps"] if "rows" in t}
-        tolerances = {p: self._parse_tolerances(p) for p in PRECISIONS}
+        tolerances: dict[Precision, TierTolerances] = {p: self._parse_tolerances(p) for p in TIERS}
+        reduced = self._parse_reduced()
         self.files: dict[str, Any] = self._require(self.manifest, "files", dict)
         seal = self._check_seal()
         names = self._file_names()
@@ -162,7 +172,7 @@ class _Parser:
             check_file_name(name, self.manifest_path)
         return Manifest(self.manifest, self.manifest_path, self.config, tuple(vocab), tuple(cases),
                         tuple(self.tap_names), tap_rows, tolerances, tuple(self.loose), self.files, tuple(names),
-                        dict(hashes), seal, self.allow_loose_tolerances)
+                        dict(hashes), seal, self.allow_loose_tolerances, reduced)
 
     def _fail(self, what: str) -> FixtureError:
         return FixtureError(f"{self.manifest_path}: {what}")
@@ -256,6 +266,19 @@ class _Parser:
             default, {tap: tol(v, f"tolerances.{precision}.overrides.{tap}.") for tap, v in overrides.items()}
         )
 
+    def _parse_reduced(self) -> dict[Precision, float]:
+        """`tolerances.reduced`: c per reduced precision (optional; the schema checks the shape), within its ceiling."""
+        stated = self.manifest["tolerances"].get("reduced", {})
+        out = dict(REDUCED_C)
+        for precision in REDUCED:
+            if precision in stated:
+                c = stated[precision]["c"]
+                if isinstance(c, bool) or not isinstance(c, int | float) or not math.isfinite(c) or c <= 0:
+                    raise self._fail(f"tolerances.reduced.{precision}.c must be a positive finite number")
+                self._loose(reduced_c_problems(precision, float(c)))
+                out[precision] = float(c)
+        return out
+
     def _loose(self, problems: list[str]) -> None:
         self.loose += refuse_loose(self.manifest_path, problems, self.allow_loose_tolerances)
 
@@ -273,7 +296,7 @@ class _Parser:
     def _file_names(self) -> list[str]:
         names = [self._require(self.files, "weights", str, "files.")]
         golden = self._require(self.files, "golden", dict, "files.")
-        names += [self._require(golden, p, str, "files.golden.") for p in PRECISIONS]
+        names += [self._require(golden, p, str, "files.golden.") for p in TIERS]
         onnx = self.files.get("onnx", {})
         names += [v for v in onnx.values() if isinstance(v, str)] if isinstance(onnx, dict) else []
         decoding = self.files.get("decoding", {})  # optional (parity_harness/_fixture/decoding.py)

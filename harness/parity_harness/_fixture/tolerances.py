@@ -16,6 +16,10 @@ and their reasons are in docs/tolerances.md ("Ceilings").
   softmax's [0, 1]) counts M only up to BOUNDED_SPAN times the width of its own range: whatever
   was carried from upstream, an atol comparable to the range would pass any numbers in the range
   (uniform probabilities among them).
+- A reduced precision (fp16, bf16) has no tolerance of its own in the golden tiers: its atol is the
+  per-tap rule `c * eps * M_tap` (`reduced_atol`), M_tap the fp32 golden's, rtol 0, the same in both
+  tiers; c is `REDUCED_C` unless the manifest states its own (`tolerances.reduced`), at most
+  `REDUCED_C_CEILING` (docs/tolerances.md, "Reduced precision").
 """
 
 from __future__ import annotations
@@ -26,13 +30,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parity_harness._core.precision import Precision
+from parity_harness._core.precision import EPS, Precision
 from parity_reference.config import GPTConfig
 
 # The defaults `parity export` writes (docs/tolerances.md: the measured budget behind each).
 FP32_ATOL = 1e-5  # the lesson's gate
 FP32_RTOL = 1e-5  # float32 round-off grows with the magnitude (4 ulp at 27.6 measured)
 FP64_ATOL = 1e-12  # measured float64 round-off budget
+
+
+# c of the per-tap rule atol = c * eps * M_tap for the reduced precisions, measured with the pytorch and
+# numpy backends on the toy and gpt2-mini (docs/tolerances.md, "Reduced precision": the budget and the margin).
+REDUCED_C: dict[Precision, float] = {"fp16": 32.0, "bf16": 32.0}
+REDUCED_C_CEILING = 4.0  # a manifest's c may be at most this many times the default
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,21 @@ def override_problems(
     if rtol > c.rtol:
         out.append(f"{where}.rtol {rtol:g} is above the ceiling {c.rtol:g}")
     return out
+
+
+def reduced_atol(precision: Precision, c: float, magnitude: float) -> float:
+    """The per-tap atol of a reduced precision: c * eps * M_tap (M at least float32's tiny, so a tap of
+    zeros gets an atol that only zeros pass)."""
+    return c * EPS[precision] * max(magnitude, float(np.finfo(np.float32).tiny))
+
+
+def reduced_c_problems(precision: Precision, c: float) -> list[str]:
+    """Why a manifest's c for a reduced precision is beyond its ceiling (empty when it is within)."""
+    limit = REDUCED_C_CEILING * REDUCED_C[precision]
+    if c > limit:
+        return [f"tolerances.reduced.{precision}.c {c:g} is above the ceiling {limit:g} "
+                f"({REDUCED_C_CEILING:g} x the measured default {REDUCED_C[precision]:g})"]
+    return []
 
 
 def tap_magnitude(tensors: Iterable[np.ndarray]) -> float:

@@ -39,7 +39,7 @@ def run_decoding(
     fixture: Fixture, backends: Sequence[AnyBackend], precisions: list[Precision], progress: Progress | None = None
 ) -> DecodingReport:
     """Decode with every backend that supports it, in every wanted precision it computes in; compare."""
-    from parity_harness._core.precision import tiers_for
+    from parity_harness._core.precision import is_reduced, tiers_for
 
     say = progress or (lambda _msg: None)
     decoding = fixture.decoding()
@@ -54,7 +54,7 @@ def run_decoding(
             report.not_supported.append(backend.name)
             continue
         for precision in precisions:
-            if precision not in backend.precisions:
+            if precision not in backend.precisions or is_reduced(precision):  # fp16, bf16: the forward pass only
                 continue
             say(f"parity: decoding with {backend.name} ({precision}) ...")
             start = time.perf_counter()

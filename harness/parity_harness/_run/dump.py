@@ -23,7 +23,7 @@ from parity_harness import __version__
 from parity_harness._compare.report import BackendRun, Report
 from parity_harness._core.errors import ParityError
 from parity_harness._core.input_files import MAX_DUMP_HEADER_BYTES, InputFileError, check_input_file
-from parity_harness._core.precision import PRECISIONS, BackendOutput, Precision
+from parity_harness._core.precision import PRECISIONS, BackendOutput, Precision, unrepresentable
 from parity_harness._core.safe_write import write_atomic_with
 from parity_harness._core.status import RunStatus
 from parity_harness._core.strict_json import StrictJSONError, loads_strict
@@ -34,7 +34,7 @@ from parity_harness._run.runner import add_output, finish_report
 FORMAT_NAME = "parity-dump"
 FORMAT_VERSION = "1"
 REQUIRED_METADATA = ("format", "format_version", "backend", "precision", "fixture_id", "platform", "parity_version")
-SAFETENSORS_DTYPES: dict[Precision, str] = {"fp32": "F32", "fp64": "F64"}
+SAFETENSORS_DTYPES: dict[Precision, str] = {"fp32": "F32", "fp64": "F64", "fp16": "F32", "bf16": "F32"}  # DTYPES
 MAX_HEADER = MAX_DUMP_HEADER_BYTES  # bytes (the reference safetensors implementation's own limit is 100 MB)
 
 
@@ -189,7 +189,8 @@ def check_metadata(path: Path, header: dict[str, Any], fid: str) -> dict[str, st
     if not meta["backend"].strip() or any(ch in meta["backend"] for ch in "\n\r\t"):
         raise DumpError(f"{path}: metadata 'backend' {meta['backend']!r} must be a non-empty one-line name")
     if meta["precision"] not in PRECISIONS:
-        raise DumpError(f"{path}: metadata 'precision' is {meta['precision']!r}, expected 'fp32' or 'fp64'")
+        raise DumpError(f"{path}: metadata 'precision' is {meta['precision']!r}, "
+                        f"expected one of {', '.join(PRECISIONS)}")
     if meta["fixture_id"] != fid:
         raise DumpError(f"{path}: made for another fixture (its fixture_id is {meta['fixture_id'][:19]}..., "
                         f"this fixture's is {fid[:19]}...)")
@@ -241,6 +242,12 @@ def read_dump(path: Path, fixture: Fixture, fid: str) -> Dump:
             raise DumpError(f"{path}: holds tap {extra[0]!r}, which its metadata 'taps' does not list")
     supported = declared if declared is not None else [t for t in fixture.tap_names if t in holds]
     output = _load_tensors(path, fixture)
+    for case, taps in output.items():  # an fp16/bf16 dump holds float32 tensors of that precision's values
+        for tap, array in taps.items():
+            index = unrepresentable(array, precision)
+            if index is not None:
+                raise DumpError(f"{path}: tensor '{case}/{tap}' holds {float(array[index])!r} at {list(index)}, not a "
+                                f"{precision} value (a {precision} dump holds float32 tensors of {precision} values)")
     return Dump(path, meta["backend"], precision, meta, supported, output)
 
 

@@ -2,7 +2,8 @@
 
 Tiers: a backend's float32 results are compared with the float32 golden at the fp32 tolerance;
 its float64 results with the float64 golden at the fp64 tolerance and, at the fp32 tolerance,
-with the float32 golden too (the golden is upcast to float64 for that comparison).
+with the float32 golden too (the golden is upcast to float64 for that comparison); its fp16 and bf16
+results with both goldens at the per-tap rule c * eps * M_tap (`Fixture.reduced_tolerance`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from parity_harness._backends.base import PRECISIONS, BackendOutput, Precision
+from parity_harness._backends.base import BackendOutput, Precision
 from parity_harness._backends.boundary import AnyBackend, GuardedBackend, guarded
 from parity_harness._backends.guard import one_line
 from parity_harness._compare.budget import BudgetAccumulator, reference_rows
@@ -27,7 +28,7 @@ from parity_harness._compare.judge import (
 )
 from parity_harness._compare.report import BackendRun, Report
 from parity_harness._core.errors import ParityError
-from parity_harness._core.precision import tiers_for
+from parity_harness._core.precision import DEFAULT_PRECISIONS, is_reduced, tiers_for
 from parity_harness._core.status import RunStatus
 from parity_harness._fixture.fixture import Case, Fixture, row_axis
 from parity_reference.taps import tap_shape_template
@@ -44,8 +45,8 @@ def compare_case(
     """
     tolerances = fixture.tolerances[golden_tier]
     results: list[CheckResult] = []
-    for tap in fixture.tap_names:
-        tol = tolerances.for_tap(tap)
+    for tap in fixture.tap_names:  # fp16, bf16: the per-tap rule c * eps * M_tap, the same in both tiers
+        tol = fixture.reduced_tolerance(precision, tap) if is_reduced(precision) else tolerances.for_tap(tap)
         if tap not in supported:
             results.append(CheckResult(name, precision, golden_tier, case.name, tap, NOT_SUPPORTED, None,
                                        tol.atol, tol.rtol))
@@ -87,7 +88,7 @@ def run_parity(
     Then, unless `decoding` is False, the decoding check of every backend that supports it
     (parity_harness/_run/decode_check.py), when the fixture has decoding goldens.
     """
-    wanted = precisions or list(PRECISIONS)
+    wanted = precisions or list(DEFAULT_PRECISIONS)
     guards = [guarded(b) for b in backends]
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)

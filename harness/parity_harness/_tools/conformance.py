@@ -3,7 +3,7 @@
 `check_backend(backend, fixture)` runs a backend on small fixtures derived from `fixture` (same
 config and weights, new cases) and returns one `ConformanceResult` per check:
 
-- its declarations hold (name, precisions a non-empty subset of ("fp32", "fp64"), requires, ...);
+- its declarations hold (name, precisions a non-empty subset of ("fp32", "fp64", "fp16", "bf16"), requires, ...);
 - its dependencies are present (otherwise nothing else can run);
 - `supported_taps` is a non-empty subset of the manifest's taps, in dataflow order, no repeats;
 - in every declared precision, for T = 1 and T = n_ctx (one single-case fixture each): it runs,
@@ -14,7 +14,8 @@ config and weights, new cases) and returns one `ConformanceResult` per check:
   applies: a backend that declares `runs_graph` (it computes from the fixture's ONNX graph, which
   embeds its weights) is not asked about the weights file, which the harness checks itself before any
   backend runs; it is asked instead to reject a fixture whose manifest lists no ONNX graph;
-- when it says it decodes the fixture (`supports_decoding`): in every precision, a one-token prompt
+- when it says it decodes the fixture (`supports_decoding`): in fp32 and fp64 (fp16 and bf16 are
+  checked on the forward pass only), a one-token prompt
   decoding its own greedy tokens and a longer prompt fed to the end of the context, each step's cache
   and logits with their shapes, the precision's dtype, and no NaN.
 
@@ -38,12 +39,12 @@ from typing import TypeVar
 import numpy as np
 
 from parity_harness._authoring.fixture_writer import seal_manifest, write_fixture_files
-from parity_harness._backends.base import PRECISIONS, Backend, Precision
+from parity_harness._backends.base import Backend, Precision
 from parity_harness._backends.boundary import GuardedBackend, decode_output_problems, guarded, output_problems
 from parity_harness._backends.guard import one_line
 from parity_harness._backends.onnx.graph import GRAPHS
 from parity_harness._core.errors import BackendMisbehaved, ParityError
-from parity_harness._core.precision import DTYPES
+from parity_harness._core.precision import DTYPES, TIERS, is_reduced
 from parity_harness._fixture.decoding import DecodeRequest
 from parity_harness._fixture.fixture import MANIFEST, Case, Fixture, load_fixture
 from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
@@ -73,7 +74,7 @@ def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case], with_on
 
     weights = parent.weights()
     golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
-    for precision in PRECISIONS:
+    for precision in TIERS:
         params = {k: w.astype(DTYPES[precision]) for k, w in weights.items()}
         golden[precision] = {c.name: forward(params, parent.config, list(c.tokens)) for c in cases}
     extra = {kind: p for kind in GRAPHS if (p := parent.onnx_path(kind)) and p.is_file()} if with_onnx else {}
@@ -197,7 +198,7 @@ def _decoding_checks(backend: GuardedBackend, fixture: Fixture) -> list[Conforma
                       tuple((i + 1) % config.vocab_size for i in range(config.n_ctx - len(long_prompt)))),
     ]
     results: list[ConformanceResult] = [supports]
-    for precision in backend.precisions:
+    for precision in (p for p in backend.precisions if not is_reduced(p)):  # fp16, bf16: no decoding check
         label = f"{precision} decoding"
         ran, out = _guarded_check(f"{label}: runs and returns a dict of arrays by prompt",
                                   lambda p=precision: backend.decoded(fixture, p, requests))  # type: ignore[misc]
@@ -213,7 +214,8 @@ def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[C
     Every call goes through the boundary (parity_harness/_backends/boundary.py), which holds the rules: what
     fails a run fails a check here, with the same line.
     """
-    declared, wrapped = _guarded_check("declares a name, precisions (a non-empty subset of ('fp32', 'fp64')), "
+    declared, wrapped = _guarded_check("declares a name, precisions (a non-empty subset of "
+                                       "('fp32', 'fp64', 'fp16', 'bf16')), "
                                        "requires, description and install_hint", lambda: guarded(backend))
     if wrapped is None:
         return [declared]

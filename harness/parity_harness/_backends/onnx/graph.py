@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from parity_harness._backends.onnx.load import load_onnx as load_onnx  # re-exported: the graph helpers' reader
 from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
@@ -56,31 +57,6 @@ def onnx_file(fixture: Fixture, graph: OnnxGraph) -> Path:
         raise FixtureError(f"{path}: file not found; run `parity export`")
     check_graph_weights(fixture, path)
     return path
-
-
-def load_onnx(path: Path) -> Any:
-    """Parse and check an .onnx file (onnx.ModelProto); FixtureError naming the file if it is unusable."""
-    import onnx
-
-    if not path.is_file():
-        raise FixtureError(f"{path}: file not found")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf's DecodeError, OSError, ...: any of them means unreadable
-        raise FixtureError(f"{path}: not a readable ONNX file ({type(exc).__name__}: {exc})") from None
-    if not model.graph.node or not model.graph.output:
-        raise FixtureError(f"{path}: not a usable ONNX file (empty or truncated graph)")
-    external = [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    if external:
-        raise FixtureError(
-            f"{path}: refers to external data for {external[:3]}; the file must be self-contained"
-        )
-    try:
-        onnx.checker.check_model(model)
-    except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FixtureError(f"{path}: not a valid ONNX model ({first})") from None
-    return model
 
 
 def output_difference(actual: Sequence[str], expected: Sequence[str]) -> str:

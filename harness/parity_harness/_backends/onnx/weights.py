@@ -117,7 +117,7 @@ def check_graph_weights(fixture: Fixture, path: Path, model: Any = None) -> None
 
     Done once per graph file and weights file in a process; `model` (a loaded onnx.ModelProto) saves
     parsing the file again."""
-    from parity_harness._backends.onnx.graph import load_onnx
+    from parity_harness._backends.onnx.load import load_onnx
 
     hashes = fixture.manifest.get("sha256", {})
     key = (str(path.resolve()), str(hashes.get(path.name, "")), str(hashes.get(fixture.weights_path.name, "")))
