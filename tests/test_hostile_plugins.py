@@ -63,7 +63,7 @@ EXIT = [
     ("exit-import-raises-baseexception", ("crashed in import", "ImportBoom")),
 ]
 DECL = [
-    ("decl-unknown-precision", ("unknown precision 'fp16'",)),
+    ("decl-unknown-precision", ("unknown precision 'fp8'",)),
     ("decl-no-precisions", ("non-empty subset",)),
     ("decl-only-unknown-taps", ("only unknown taps", "blocks.7.hook_nothing")),
     ("decl-some-unknown-taps", ("1 unknown tap(s)", "hook_extra")),

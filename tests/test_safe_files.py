@@ -385,7 +385,7 @@ ARGS: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("arg-serve-port-not-a-number", lambda t: ["serve", "--port", "http"], ("--port", "'http' is not an integer")),
     ("arg-export-seed-negative", lambda t: ["export", "--preset", "gpt2-mini", "--seed", "-1", "--fixture",
                                             str(t / "new")], ("--seed", "a seed must be 0 to")),
-    ("arg-usage-error-is-one-line", lambda t: ["run", "--precision", "fp16"], ("--precision", "invalid choice")),
+    ("arg-usage-error-is-one-line", lambda t: ["run", "--precision", "fp8"], ("--precision",)),
 ]
 
 

@@ -144,7 +144,7 @@ class SupportedTapsExit(Perfect):
 
 class UnknownPrecision(Perfect):
     name: ClassVar[str] = "decl-unknown-precision"
-    precisions: ClassVar[tuple[Any, ...]] = ("fp16",)
+    precisions: ClassVar[tuple[Any, ...]] = ("fp8",)
 
 
 class NoPrecisions(Perfect):
