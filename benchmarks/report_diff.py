@@ -43,8 +43,10 @@ def walk(a: Any, b: Any, path: str, changed: list[str], added: set[str], removed
             else:
                 walk(a[key], b[key], where, changed, added, removed)
     elif isinstance(a, list) and isinstance(b, list):
-        keys_a, keys_b = [row_key(x) for x in a], [row_key(y) for y in b]
-        if a and b and None not in keys_a and None not in keys_b:  # report rows: match by what they name
+        maybe_a, maybe_b = [row_key(x) for x in a], [row_key(y) for y in b]
+        keys_a = [k for k in maybe_a if k is not None]
+        keys_b = [k for k in maybe_b if k is not None]
+        if a and b and len(keys_a) == len(a) and len(keys_b) == len(b):  # report rows: match by what they name
             by_b = dict(zip(keys_b, b, strict=True))
             for key, x in zip(keys_a, a, strict=True):
                 label = f"{path}[{'/'.join(str(k) for k in key if k is not None)}]"
