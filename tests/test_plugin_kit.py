@@ -90,7 +90,7 @@ class Hangs(Perfect):
     name: ClassVar[str] = "kit-hangs"
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        time.sleep(120)
+        time.sleep(600)
         return super().run(fixture, precision)
 
 
@@ -203,7 +203,7 @@ def test_a_hung_backend_ends_the_run_in_one_line(parity: Callable[..., tuple[int
     monkeypatch.setenv("PARITY_BACKEND_TIMEOUT", "0.2")
     start = time.monotonic()
     code, _out, err = parity("run", "--backends", "kit-hangs", "-q")
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 300  # the guard fired, not the 600 s sleep: generous for a loaded machine
     assert code == 2 and len(errors(err)) == 1 and err.splitlines() == errors(err), err
     assert "backend 'kit-hangs' did not return from run (fp64)" in err and "PARITY_BACKEND_TIMEOUT" in err
 
