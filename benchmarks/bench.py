@@ -1,7 +1,15 @@
-"""Time what users wait for: training the toy, each backend's run on the fixture, and GPT-2 small.
+"""Time what users wait for: `parity run` on the toy beside its floor, training the toy, and GPT-2 small.
 
 Prints numbers only; performance targets live here, not in timed tests that flake. Run with
-`nox -s bench` or `python -m benchmarks.bench [--repeat N] [--skip-training] [--fixture DIR]`.
+`nox -s bench` or `python -m benchmarks.bench [--repeat N] [--skip-training] [--fixture DIR] [--warm]`.
+
+The toy: `parity run --backends NAME` for each available built-in backend, then over the 7 pip
+backends and over all of them, each the wall time of a fresh process (the median of `--repeat`),
+printed beside its floor, timed in the same run the same way: a fresh Python importing what the
+backends import (`FLOOR_IMPORTS`), plus one Node start (`node -e 0`) if one runs Node and one
+Chromium start (`run-browser.mts launch`, less a Node start) if one runs in the browser.
+Targets (issue 26): the full run within 1.5x its floor, the 7 pip backends within 1.3x.
+`--warm` adds the in-process table: each backend's first and repeated runs after the imports.
 The acceptance target for training (both models, 4,000 steps each) is under 60 s on 2 cores.
 
 `python -m benchmarks.bench --preset gpt2-small [--keep DIR]` (`nox -s bench -- --preset gpt2-small`):
@@ -17,6 +25,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +34,98 @@ from pathlib import Path
 from parity_harness._authoring.presets import SCALED_C
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._fixture.fixture import default_fixture_dir, load_fixture
+
+# What a backend cannot run without, beyond Python and NumPy (the harness's own): the modules it
+# imports ("module:name" is `from module import name`), and whether it starts Node or a browser.
+FLOOR_IMPORTS: dict[str, tuple[str, ...]] = {
+    "pytorch": ("torch",),
+    "numpy": (),
+    "onnx-reference": ("onnx", "onnx.reference"),
+    "onnxruntime": ("onnx", "onnxruntime"),
+    "onnxruntime-optimized": ("onnx", "onnxruntime"),
+    "typescript": (),
+    "hf-transformers": ("torch", "transformers:GPT2LMHeadModel"),
+    "openvino": ("onnx", "openvino"),
+    "transformerlens": ("torch", "transformer_lens"),
+    "torch-compile": ("torch", "torch._dynamo", "torch._inductor.compile_fx"),
+    "typescript-browser": (),
+    "onnxruntime-web": ("onnx",),
+    "onnxruntime-web-optimized": ("onnx",),
+}
+NODE_BACKENDS = ("typescript",)
+BROWSER_BACKENDS = ("typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized")
+PIP_BACKENDS = ("pytorch", "numpy", "onnx-reference", "onnxruntime", "onnxruntime-optimized", "typescript",
+                "hf-transformers")
+TOY_TARGETS = "targets: every built-in backend within 1.5x its floor, the 7 pip backends within 1.3x"
+
+
+def _once(argv: list[str]) -> tuple[float, int]:
+    """Wall time of one fresh run of `argv` (no shell, output discarded), and its exit code."""
+    start = time.perf_counter()
+    code = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+    return time.perf_counter() - start, code
+
+
+def import_command(modules: tuple[str, ...]) -> list[str]:
+    """A fresh Python that imports NumPy and `modules` ("module:name": `from module import name`), and exits."""
+    lines = ["import numpy"]
+    for m in sorted(set(modules)):
+        module, _, name = m.partition(":")
+        lines.append(f"from {module} import {name}" if name else f"import {module}")
+    return [sys.executable, "-c", "; ".join(lines)]
+
+
+def process_starts(repeat: int) -> tuple[float, float]:
+    """(one Node start, one Chromium start less the Node start of the driver that does it), medians."""
+    from parity_harness._backends.browser.driver import DRIVER, missing
+    from parity_harness._backends.node.runtime import find_node
+
+    node = statistics.median(_once([find_node(), "-e", "0"])[0] for _ in range(repeat))
+    if missing():
+        return node, float("nan")
+    runs = [_once([find_node(), str(DRIVER), "launch"]) for _ in range(repeat)]
+    chromium = statistics.median(w for w, _ in runs) - node if all(c == 0 for _, c in runs) else float("nan")
+    return node, max(0.0, chromium)
+
+
+def bench_toy(fixture_dir: str, repeat: int) -> None:
+    """`parity run` per backend and over sets of them, each beside its floor (see the module docstring).
+
+    Each row times its floor's imports and its run alternately, `repeat` times each, so that a change in
+    the machine's load between rows moves both figures alike; the medians are printed."""
+    names = [n for n in sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n)) if n in FLOOR_IMPORTS]
+    available = [n for n in names if not load_backend(n).missing()]
+    node, chromium = process_starts(repeat)
+    cli = [sys.executable, "-m", "parity_harness", "run", "--fixture", fixture_dir]
+    sets = [(n, [n]) for n in available]
+    pip = [n for n in PIP_BACKENDS if n in available]
+    sets.append((f"the {len(pip)} pip backends", pip))
+    sets.append((f"all {len(available)} available built-in backends", available))
+    print(f"parity run on {fixture_dir}: wall time of the whole process, median of {repeat}; the floor is timed "
+          f"in this run the same way; {TOY_TARGETS}")
+    print(f"| {'what':<34} | {'wall (s)':>8} | {'floor (s)':>9} | {'ratio':>6} | floor: imports and process starts |")
+    print(f"|{'-' * 36}|{'-' * 10}|{'-' * 11}|{'-' * 8}|---|")
+    for label, chosen in sets:
+        modules = tuple(m for n in chosen for m in FLOOR_IMPORTS[n])
+        starts, parts = 0.0, ["python + numpy" + (f", {', '.join(sorted(set(modules)))}" if modules else "")]
+        if any(n in NODE_BACKENDS or n in BROWSER_BACKENDS for n in chosen):
+            starts += node
+            parts.append("one Node start")
+        if any(n in BROWSER_BACKENDS for n in chosen):
+            starts += chromium
+            parts.append("one Chromium start")
+        floors, walls, code = [], [], 0
+        for _ in range(repeat):
+            floors.append(_once(import_command(modules))[0] + starts)
+            wall, code = _once([*cli, "--backends", ",".join(chosen), "--no-skip"])
+            walls.append(wall)
+        wall, floor = statistics.median(walls), statistics.median(floors)
+        note = "; ".join(parts) + ("" if code == 0 else f" (exit {code})")
+        print(f"| {label:<34} | {wall:>8.2f} | {floor:>9.2f} | {wall / floor:>5.2f}x | {note} |", flush=True)
+    skipped = [n for n in names if n not in available]
+    if skipped:
+        print(f"not available here (not timed): {', '.join(skipped)}")
+    print(f"process starts in the floors: one Node start {node:.2f} s, one Chromium start {chromium:.2f} s")
 
 
 def bench_backends(fixture_dir: str, repeat: int) -> None:
@@ -104,6 +205,17 @@ def bench_preset(preset: str, keep: str | None) -> int:
     return 0
 
 
+def _cpu() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def _size(root: Path) -> str:
     return f"{sum(p.stat().st_size for p in root.iterdir()) / 1e6:,.0f} MB"
 
@@ -111,15 +223,18 @@ def _size(root: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.bench", description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--fixture", default=str(default_fixture_dir()))
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--warm", action="store_true", help="also time each backend in this process, after its imports")
     parser.add_argument("--preset", help="benchmark a GPT-2-shaped preset instead (gpt2-small, gpt2-mini)")
     parser.add_argument("--keep", metavar="DIR", help="with --preset: export into DIR (or reuse it) and keep it")
     args = parser.parse_args(argv)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu()}, Python {platform.python_version()}")
     if args.preset:
         return bench_preset(args.preset, args.keep)
-    bench_backends(args.fixture, args.repeat)
+    bench_toy(args.fixture, args.repeat)
+    if args.warm:
+        bench_backends(args.fixture, args.repeat)
     if not args.skip_training:
         bench_training()
     return 0

@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -450,7 +449,6 @@ def test_plugin_a_crashing_backend_fails_the_test_in_one_line(tmp_path: Path) ->
 # -- install: a real pip install of the checkout, the example's suite through the entry point -------
 
 INSTALLED = ("pyproject.toml", "README.md", "harness", "reference", "ts_model", "fixtures/toy", "fixtures/toy-stress")
-INSTALL_SECONDS = 60  # measured ~9 s for `pip install -e` on this 2-core machine under load (~16 s with both runs)
 
 
 @pytest.fixture(scope="module")
@@ -465,13 +463,10 @@ def installed_python(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
         else:
             src.mkdir(exist_ok=True)
             shutil.copy2(REPO / name, src / name)
-    start = time.perf_counter()
     python = make_child_env(work / "venv")
     proc = subprocess.run(pip_install_command(python, "-e", str(src)), capture_output=True, text=True, timeout=300,
                           cwd=work, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    seconds = time.perf_counter() - start
-    assert seconds < INSTALL_SECONDS, f"venv + pip install -e took {seconds:.1f} s"
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # its time: no verdict (issue 26)
     return python, src
 
 

@@ -38,7 +38,7 @@ from tests.test_hostile_plugins import assert_exit_2_one_line
 from tests.test_parity_full import BUILTIN_PRECISIONS
 from tests.test_scaled import _checkpoint
 
-TIMEOUT = 10  # seconds, for every request a test makes
+TIMEOUT = 60  # seconds, for every request a test makes: a hang guard, generous for a loaded machine
 
 
 # -- serve -------------------------------------------------------------------------------------

@@ -92,6 +92,16 @@ def test_full_parity_run_every_builtin_backend_agrees(full_run: tuple[Path, subp
     assert fp64 and all(r["max_abs"] <= tol["overrides"].get(r["tap"], tol)["atol"] for r in fp64)
 
 
+def test_full_parity_run_prints_nothing_from_third_party_libraries(
+    full_run: tuple[Path, subprocess.CompletedProcess[str], Any]
+) -> None:
+    """Warnings meant for model authors (transformers' `bos_token_id must be None ...`, compile chatter)
+    never reach the user's terminal: with -q, stderr holds parity's own lines only."""
+    _toy_dir, proc, _report = full_run
+    foreign = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("parity: ")]
+    assert not foreign, foreign[:5]
+
+
 DECODING_BACKENDS = {"pytorch", "numpy", "onnxruntime", "typescript", "openvino"}
 
 

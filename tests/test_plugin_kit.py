@@ -78,7 +78,7 @@ class Hangs(Perfect):
     name: ClassVar[str] = "kit-hangs"
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        time.sleep(120)
+        time.sleep(600)
         return super().run(fixture, precision)
 
 

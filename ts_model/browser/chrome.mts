@@ -10,9 +10,9 @@
 // Chrome prints on stderr. The network is closed to the outside, so every background service that
 // would try to reach it is switched off.
 //
-// Every wait is bounded by a Deadline (PARITY_BROWSER_TIMEOUT seconds for the whole run), and is
-// raced against Chrome exiting and against an error on the page's console: each is a
-// BrowserTrouble with one line for the user.
+// Every wait is bounded by a Deadline (PARITY_BROWSER_TIMEOUT seconds for the whole run, or for
+// one request of a session: `deadline` is replaced per request), and is raced against Chrome
+// exiting and against an error on the page's console: each is a BrowserTrouble with one line for the user.
 
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
@@ -167,9 +167,9 @@ export async function findBrowser(): Promise<Executable> {
 /** A running Chrome, connected. `close()` always leaves no process behind. */
 export class Chrome {
   readonly browser: Browser;
-  readonly deadline: Deadline;
+  deadline: Deadline; // the current run's (a session sets each request's own)
   readonly exited: Promise<never>; // rejects when Chrome exits before `close()`
-  readonly pageErrors: Promise<never>; // rejects on the first error on any page's console
+  pageErrors: Promise<never>; // rejects on the first error on any page's console (since `forRun`)
   private readonly proc: ChildProcess;
   private readonly profile: string;
   private readonly expectExit: () => void; // from now on, Chrome exiting is not a crash
@@ -190,10 +190,22 @@ export class Chrome {
     this.profile = profile;
     this.deadline = deadline;
     this.exited = exited;
-    this.pageErrors = new Promise<never>((_, reject) => {
+    this.pageErrors = this.newPageErrors();
+  }
+
+  private newPageErrors(): Promise<never> {
+    const errors = new Promise<never>((_, reject) => {
       this.failPage = reject;
     });
-    this.pageErrors.catch(() => {}); // observed through `race`; never an unhandled rejection
+    errors.catch(() => {}); // observed through `race`; never an unhandled rejection
+    return errors;
+  }
+
+  /** Ready for another run of a session: its own deadline, and no page error of an earlier run counts. */
+  forRun(deadline: Deadline): this {
+    this.deadline = deadline;
+    this.pageErrors = this.newPageErrors();
+    return this;
   }
 
   /** Start Chrome (see the module comment) and connect to it, within the deadline. */
@@ -260,7 +272,7 @@ export class Chrome {
     try {
       const url = await deadline.within(ready, "waiting for the browser to start", [exited]);
       const browser = await deadline.within(
-        puppeteer.connect({ browserWSEndpoint: url, protocolTimeout: Math.max(1000, deadline.remainingMs()), defaultViewport: null }),
+        puppeteer.connect({ browserWSEndpoint: url, protocolTimeout: Math.max(1000, deadline.seconds * 1000), defaultViewport: null }),
         "connecting to the browser",
         [exited],
       );
@@ -271,6 +283,11 @@ export class Chrome {
       stop();
       throw err;
     }
+  }
+
+  /** True while Chrome runs and has not been closed: a session may give it another request. */
+  get alive(): boolean {
+    return !this.closing && this.proc.exitCode === null && this.proc.signalCode === null;
   }
 
   /** A new page whose console errors, uncaught exceptions and failed requests fail the run. */

@@ -4,6 +4,8 @@
 //   node ts_model/browser/run-browser.mts onnxruntime-web FIXTURE_DIR OUT.safetensors all_taps|logits disabled|basic|extended|all
 //   node ts_model/browser/run-browser.mts page URL [URL ...] [--screenshot OUT.png]
 //   node ts_model/browser/run-browser.mts build OUT_DIR
+//   node ts_model/browser/run-browser.mts session
+//   node ts_model/browser/run-browser.mts launch
 //
 // `typescript` bundles page-model.ts (model/model.ts from PARITY_TS_DIR or ts_model/) with esbuild,
 // serves it and the fixture's files from 127.0.0.1 (an ephemeral port), runs every case in the page
@@ -11,6 +13,13 @@
 // same with one ONNX graph on onnxruntime-web's WebAssembly backend (float32 graph outputs).
 // `page` opens each URL of the learners' page (`parity serve`), waits for its verdict and prints one
 // JSON line per URL: {"url", "verdict", "tap", "text"}. `build` writes the learners' page bundle.
+// `session` serves many runs with one Chrome (one per `parity run`, for every browser backend): it
+// reads one JSON request per line on stdin, {"id": N, "argv": ["typescript", ...]} (the arguments
+// of the typescript or onnxruntime-web mode), and answers each with one line on stdout, {"id": N,
+// "ok": true} or {"id": N, "ok": false, "error": "one line"}. Chrome starts with the first request,
+// each request has its own PARITY_BROWSER_TIMEOUT deadline and page, a failed request closes Chrome
+// (the next one starts another), and the end of stdin closes Chrome and ends the session.
+// `launch` starts Chrome, opens a blank page and closes it: one browser start (benchmarks/bench.py's floor).
 //
 // Browser: PARITY_CHROME, else @sparticuz/chromium (chrome.mts). Time: PARITY_BROWSER_TIMEOUT
 // seconds for the whole run (default 120). Any trouble (no browser, a crash, a timeout, an error
@@ -18,6 +27,7 @@
 
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
+import { createInterface } from "node:readline";
 
 import { BROWSER_DIR, REPO_TS_DIR, bundle, packageDir } from "./bundle.mts";
 import { BrowserTrouble, Chrome, Deadline, killAll, oneLine } from "./chrome.mts";
@@ -27,7 +37,7 @@ import type { Page } from "puppeteer-core";
 
 const USAGE =
   "usage: run-browser.mts typescript FIXTURE_DIR OUT | onnxruntime-web FIXTURE_DIR OUT GRAPH OPTIMIZATION | " +
-  "page URL... [--screenshot PNG] | build OUT_DIR";
+  "page URL... [--screenshot PNG] | build OUT_DIR | session | launch";
 const WEB_DIR = join(REPO_TS_DIR, "web");
 const PAGE_HTML =
   '<!doctype html>\n<meta charset="utf-8">\n<link rel="icon" href="data:,">\n<title>parity browser backend</title>\n' +
@@ -62,12 +72,25 @@ function ortResources(): Map<string, Resource> {
   return new Map(ORT_FILES.map((f) => [`/ort/${f}`, { type: contentType(f), body: () => readFileSync(join(dist, f)) }]));
 }
 
+/** Where a run gets its Chrome, and what happens to it after the run (`ok`: the run succeeded). */
+interface ChromeSource {
+  get(deadline: Deadline): Promise<Chrome>;
+  done(chrome: Chrome, ok: boolean): Promise<void>;
+}
+
+/** One Chrome for one run: started for it, closed after it. */
+const ONE_SHOT: ChromeSource = {
+  get: (deadline) => Chrome.launch(deadline),
+  done: (chrome) => chrome.close(),
+};
+
 /** Serve `entry`'s bundle as /page.js under a minimal page, open it, and call `call` in it. */
 async function runInPage(
   entry: string,
   extra: Map<string, Resource>,
   fixtureDir: string,
   call: (chrome: Chrome, page: Page) => Promise<string>,
+  source: ChromeSource,
 ): Promise<Uint8Array> {
   const deadline = new Deadline();
   const code = await deadline.within(bundle(entry), `bundling ${basename(entry)}`);
@@ -79,15 +102,25 @@ async function runInPage(
   ]);
   let server: StaticServer | undefined;
   let chrome: Chrome | undefined;
+  let page: Page | undefined;
+  let ok = false;
   try {
     server = await deadline.within(serve(resources), "starting the local server");
-    chrome = await Chrome.launch(deadline);
-    const page = await chrome.newPage();
+    chrome = await source.get(deadline);
+    page = await chrome.newPage();
     await chrome.within(page.goto(`${server.origin}/`, { timeout: 0, waitUntil: "load" }), "loading the page");
     const base64 = await call(chrome, page);
+    ok = true;
     return Buffer.from(base64, "base64");
   } finally {
-    await chrome?.close();
+    if (ok && page !== undefined) {
+      try {
+        await chrome!.within(page.close(), "closing the page");
+      } catch {
+        ok = false; // a Chrome that cannot close a page is not given another run
+      }
+    }
+    if (chrome !== undefined) await source.done(chrome, ok);
     await server?.close();
   }
 }
@@ -99,7 +132,7 @@ async function waitForGlobal(chrome: Chrome, page: Page, name: string): Promise<
   );
 }
 
-async function runTypescript(argv: readonly string[]): Promise<void> {
+async function runTypescript(argv: readonly string[], source: ChromeSource = ONE_SHOT): Promise<void> {
   if (argv.length !== 2) throw new UsageError(USAGE);
   const [fixtureDir, out] = argv as [string, string];
   const bytes = await runInPage(join(BROWSER_DIR, "page-model.ts"), new Map(), fixtureDir, async (chrome, page) => {
@@ -108,11 +141,11 @@ async function runTypescript(argv: readonly string[]): Promise<void> {
       page.evaluate((base: string) => (globalThis as unknown as Record<string, (b: string) => Promise<string>>)["parityRunModel"]!(base), "/fixture/"),
       "running the model in the page",
     );
-  });
+  }, source);
   writeFileSync(out, bytes);
 }
 
-async function runOrt(argv: readonly string[]): Promise<void> {
+async function runOrt(argv: readonly string[], source: ChromeSource = ONE_SHOT): Promise<void> {
   if (argv.length !== 4) throw new UsageError(USAGE);
   const [fixtureDir, out, graph, optimization] = argv as [string, string, string, string];
   if (graph !== "all_taps" && graph !== "logits") throw new UsageError(`GRAPH must be all_taps or logits, not ${graph}`);
@@ -131,8 +164,65 @@ async function runOrt(argv: readonly string[]): Promise<void> {
       ),
       `running ${graph} on onnxruntime-web`,
     );
-  });
+  }, source);
   writeFileSync(out, bytes);
+}
+
+/** One browser start and stop, nothing run: what the benchmark counts as the floor of a browser run. */
+async function launchOnly(argv: readonly string[]): Promise<void> {
+  if (argv.length !== 0) throw new UsageError(USAGE);
+  const chrome = await Chrome.launch(new Deadline());
+  try {
+    const page = await chrome.newPage();
+    await chrome.within(page.goto("about:blank", { timeout: 0 }), "opening a blank page");
+  } finally {
+    await chrome.close();
+  }
+}
+
+/** Many runs, one Chrome: requests on stdin, one answer per line on stdout (see the header). */
+async function session(argv: readonly string[]): Promise<void> {
+  if (argv.length !== 0) throw new UsageError(USAGE);
+  let kept: Chrome | undefined;
+  const source: ChromeSource = {
+    async get(deadline) {
+      if (kept?.alive) return kept.forRun(deadline);
+      await kept?.close();
+      kept = await Chrome.launch(deadline);
+      return kept;
+    },
+    async done(chrome, ok) {
+      if (ok) return;
+      await chrome.close(); // its state after a failure is unknown: the next request starts another
+      if (kept === chrome) kept = undefined;
+    },
+  };
+  const answer = (reply: Record<string, unknown>): void => {
+    process.stdout.write(`${JSON.stringify(reply)}\n`);
+  };
+  try {
+    for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+      if (!line.trim()) continue;
+      let id: unknown = null;
+      try {
+        const request = JSON.parse(line) as { id?: unknown; argv?: unknown };
+        id = request.id ?? null;
+        const args = request.argv;
+        if (!Array.isArray(args) || !args.every((a) => typeof a === "string") || args.length === 0) {
+          throw new UsageError(`a session request needs "argv": [MODE, ...], got ${oneLine(line).slice(0, 200)}`);
+        }
+        const [mode, ...rest] = args as string[];
+        if (mode === "typescript") await runTypescript(rest, source);
+        else if (mode === "onnxruntime-web") await runOrt(rest, source);
+        else throw new UsageError(`a session runs typescript or onnxruntime-web, not ${mode}`);
+        answer({ id, ok: true });
+      } catch (err) {
+        answer({ id, ok: false, error: oneLine(err instanceof Error ? err.message : String(err)) });
+      }
+    }
+  } finally {
+    await kept?.close();
+  }
 }
 
 /** The learners' page: each URL's verdict as a JSON line; optionally a screenshot of the first. */
@@ -188,6 +278,8 @@ async function main(argv: readonly string[]): Promise<void> {
   if (mode === "onnxruntime-web") return runOrt(rest);
   if (mode === "page") return checkPages(rest);
   if (mode === "build") return build(rest);
+  if (mode === "session") return session(rest);
+  if (mode === "launch") return launchOnly(rest);
   throw new UsageError(USAGE);
 }
 

@@ -13,11 +13,18 @@ logit lens runs each block's input through transformers' `ln_f` and `lm_head`. N
 transformers computes them inside one fused call and never exposes them: every LayerNorm's
 `hook_scale` and `hook_normalized` (nn.LayerNorm), and the pre-softmax attention scores (inside
 `eager_attention_forward`). A causal=false fixture is declined (GPT-2 in transformers is always causal).
+
+The model is built once per `run_cases` call (one fixture, one precision), never per case. What
+transformers says to model authors (its warnings and log records, e.g. about special token ids)
+is kept off the user's terminal (`_quiet`); the config names no special token outside the vocabulary.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -37,15 +44,34 @@ UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hoo
              "attn.hook_attn_scores")
 
 
+GPT2_EOS = 50256  # GPT2Config's default bos_token_id and eos_token_id
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers' warnings and log records (meant for model authors) kept off the user's terminal."""
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+
+
 def hf_config(config: GPTConfig) -> Any:
     """transformers' GPT2Config for a parity config: eager attention, exact GELU, no dropout, tied."""
     from transformers import GPT2Config
 
+    special = GPT2_EOS if config.vocab_size > GPT2_EOS else None  # GPT-2's <|endoftext|>, if the vocabulary has it
     cfg = GPT2Config(
         vocab_size=config.vocab_size, n_positions=config.n_ctx, n_embd=config.d_model, n_layer=config.n_layer,
         n_head=config.n_head, n_inner=config.d_mlp, activation_function="gelu",
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=config.ln_eps,
         tie_word_embeddings=True, scale_attn_weights=True, use_cache=False,
+        bos_token_id=special, eos_token_id=special,
     )
     cfg._attn_implementation = "eager"
     return cfg
@@ -58,16 +84,18 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     float64 copies are never both whole in memory).
     """
     import torch
-    from transformers import GPT2LMHeadModel
 
     from parity_reference.model import sinusoidal_positions
+
+    with _quiet():
+        from transformers import GPT2LMHeadModel
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
     # One copy each, in the dtype; each float32 array is popped (freed) as soon as it is converted.
     state = {f"transformer.{k}": torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
     if config.positions == "sinusoidal":
         state["transformer.wpe.weight"] = sinusoidal_positions(config.n_ctx, config.d_model, dtype)  # (n_ctx, d)
-    with torch.device("meta"):  # no random initialization of 124M parameters that are replaced anyway
+    with _quiet(), torch.device("meta"):  # no random initialization of 124M parameters replaced anyway
         model = GPT2LMHeadModel(hf_config(config))
     model.load_state_dict(state, strict=False, assign=True)
     model.lm_head.weight = model.transformer.wte.weight  # tied embeddings
@@ -101,6 +129,9 @@ class HFTransformersBackend(Backend):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
         import torch
 
+        # One thread, as the pytorch backend (parity_reference/run.py): the same reduction order whether or
+        # not another backend ran first, and no thread pool spinning for a toy's tiny ops on a busy machine.
+        torch.set_num_threads(1)
         config = fixture.config
         weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
@@ -118,7 +149,7 @@ class HFTransformersBackend(Backend):
             taps: dict[str, torch.Tensor] = {}
             handles = _hooks(model, taps, H, dh)
             try:
-                with torch.no_grad():
+                with _quiet(), torch.no_grad():
                     tokens = torch.tensor([case.tokens], dtype=torch.int64)  # (1, T)
                     logits = model(input_ids=tokens, use_cache=False).logits[0]  # (T, V)
                     taps["logits"] = logits

@@ -49,8 +49,9 @@ def cpu_model() -> str:
                 return match.group(1).strip()
     if system == "Darwin":
         try:
+            # A hang guard, generous: the CPU's name is part of the platform's identity (and so of the rule).
             proc = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                  timeout=5, check=False)
+                                  timeout=60, check=False)
             if proc.returncode == 0 and proc.stdout.strip():
                 return proc.stdout.strip()
         except (OSError, subprocess.SubprocessError):

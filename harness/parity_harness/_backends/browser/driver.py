@@ -6,22 +6,35 @@ what it needs without starting anything (`missing`), and runs it as a subprocess
 through the typescript backend's Node finder and process-group handling: on a timeout the whole
 group, Chrome included, is killed.
 
+The browser backends' runs go to one driver process per run, `run-browser.mts session`, so one
+Node and one Chrome serve all of them (`BrowserSession`): started by the first browser run,
+closed when the run ends (`_backends/sessions.py`), restarted if the environment changed
+(PARITY_CHROME, PARITY_TS_DIR, ...) and after any failed request. `parity serve`'s bundle and
+page checks run the driver once each (`run_driver`).
+
 Settings: `PARITY_CHROME` (a Chrome or Chromium executable; default: the Chromium of the npm
 package @sparticuz/chromium), `PARITY_BROWSER_TIMEOUT` (seconds for one browser run, default 120;
 the driver enforces it, and this side kills the process group 15 s later if it has not ended).
+It guards against a hang: a run that is only slow, on a busy machine, has the whole of it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
+import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from parity_harness._backends.node.runtime import find_node, run_node
+from parity_harness._backends import sessions
+from parity_harness._backends.node.runtime import find_node, kill_group, last_line, run_node, tail_text
 from parity_harness._backends.onnx.graph import OnnxGraph, expected_outputs, onnx_file
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
 from parity_harness._core.precision import BackendOutput
@@ -94,17 +107,153 @@ def run_driver(who: str, args: list[str], cwd: str) -> None:
         raise BackendFailed(f"{who}: {message}") from None
 
 
+class BrowserSession:
+    """One `run-browser.mts session` process: requests in on its stdin, one answer line each on its stdout.
+
+    Its own process group (Chrome is the driver's child, in the same group): `close` ends stdin, so the
+    driver closes Chrome and exits, and then kills whatever is left of the group. Its stderr goes to
+    a file (no pipe a stray grandchild could hold open), read back for the message of a crash.
+    """
+
+    def __init__(self, node: str, key: tuple[Any, ...]) -> None:
+        self.key = key
+        self.tmp = tempfile.mkdtemp(prefix="parity-browser-session-")
+        self.stderr = open(Path(self.tmp) / "driver.stderr", "w+b")  # noqa: SIM115 (closed in close())
+        try:
+            self.proc = subprocess.Popen(
+                [node, str(DRIVER), "session"], cwd=self.tmp, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=self.stderr, start_new_session=os.name != "nt",
+            )
+        except OSError as exc:
+            self._cleanup()
+            raise BackendFailed(f"cannot start {node}: {exc}") from None
+        self.answers: queue.Queue[bytes | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
+        self.next_id = 0
+
+    def _read(self, stdout: IO[bytes]) -> None:
+        for line in stdout:
+            self.answers.put(line)
+        self.answers.put(None)  # the driver is gone
+
+    def request(self, argv: list[str], timeout: float) -> str | None:
+        """Run one request; None when it succeeded, else the driver's one-line error. BackendFailed if the
+        driver crashed or did not answer within `timeout` (then the session is closed)."""
+        self.next_id += 1
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps({"id": self.next_id, "argv": argv}) + "\n").encode())
+            self.proc.stdin.flush()
+            while True:
+                line = self.answers.get(timeout=timeout)
+                if line is None:
+                    self.close()
+                    raise BackendFailed(f"{DRIVER.name} session ended unexpectedly "
+                                        f"(exit code {self.proc.returncode}): {last_line(self._stderr_text())}")
+                answer = json.loads(line)
+                if isinstance(answer, dict) and answer.get("id") == self.next_id:
+                    break
+        except queue.Empty:
+            self.close()
+            raise BackendFailed(f"{DRIVER.name} timed out after {timeout:g} s") from None
+        except (OSError, ValueError) as exc:  # a broken pipe, an answer that is not JSON
+            self.close()
+            raise BackendFailed(f"{DRIVER.name} session broke: {exc}") from None
+        except BaseException:  # Ctrl-C: never leave the driver (and its Chrome) running
+            self.close()
+            raise
+        return None if answer.get("ok") is True else str(answer.get("error", "failed"))
+
+    def _stderr_text(self) -> str:
+        try:
+            return tail_text(self.stderr)
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        """End the session: stdin closed (the driver closes Chrome), then its process group killed."""
+        if self.proc.poll() is None:
+            try:
+                if self.proc.stdin is not None:
+                    self.proc.stdin.close()
+                self.proc.wait(timeout=CLOSE_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        kill_group(self.proc)  # whatever is left (a Chrome that would not quit)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        self.stderr.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+CLOSE_S = 10.0  # for the driver to close Chrome and exit after its stdin ends, before its group is killed
+_session: BrowserSession | None = None
+_session_lock = threading.Lock()
+
+
+def close_session() -> None:
+    """Close this process's browser session, if one runs (registered with _backends/sessions.py)."""
+    global _session
+    with _session_lock:
+        session, _session = _session, None
+    if session is not None:
+        session.close()
+
+
+def driver_environment() -> tuple[tuple[str, str], ...]:
+    """What the driver reads from its environment when it starts: parity's settings (PARITY_CHROME,
+    PARITY_TS_DIR, PARITY_BROWSER_TIMEOUT, PARITY_BROWSER_TAG, ...), Node's, and where temporary files
+    and home are. A session started under other values is replaced (other variables, such as those
+    a backend sets for its own library, do not matter to it)."""
+    names = ("TMPDIR", "TMP", "TEMP", "HOME")
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("PARITY_", "NODE_")) or k in names))
+
+
+def run_in_session(who: str, argv: list[str]) -> None:
+    """One browser run through this process's session (started, or restarted, as needed)."""
+    global _session
+    node = find_node()
+    if not DRIVER.is_file():
+        raise BackendUnavailable(f"{DRIVER}: not found (the browser backends need a source checkout)")
+    timeout = browser_timeout()
+    key = (node, str(DRIVER), driver_environment())
+    with _session_lock:
+        if _session is not None and (_session.key != key or _session.proc.poll() is not None):
+            _session.close()
+            _session = None
+        if _session is None:
+            try:
+                _session = BrowserSession(node, key)
+            except BackendFailed as exc:
+                raise BackendFailed(f"{who}: {exc}") from None
+            sessions.register(close_session)
+        session = _session
+        try:
+            error = session.request(argv, timeout + GRACE_S)
+        except BackendFailed as exc:
+            _session = None
+            message = str(exc)
+            if "timed out" in message and not os.environ.get("PARITY_BROWSER_TIMEOUT"):
+                message += " (set PARITY_BROWSER_TIMEOUT to allow more)"
+            raise BackendFailed(f"{who}: {message}") from None
+    if error is not None:
+        if "timed out" in error and not os.environ.get("PARITY_BROWSER_TIMEOUT"):
+            error += " (set PARITY_BROWSER_TIMEOUT to allow more)"
+        raise BackendFailed(f"{who}: {DRIVER.name} failed: {error}")
+
+
 def run_to_file(
     who: str, mode: str, fixture_root: Path, extra: list[str]
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Run the driver in `mode` on a fixture; the tensors it wrote and the file's metadata."""
+    """Run the driver in `mode` on a fixture, through the run's session; the tensors it wrote, its metadata."""
     from safetensors import safe_open
 
     from parity_harness._fixture.fixture import read_safetensors
 
     with tempfile.TemporaryDirectory(prefix="parity-browser-") as tmp:
         out = Path(tmp) / "taps.safetensors"
-        run_driver(who, [mode, str(fixture_root.resolve()), str(out), *extra], tmp)
+        run_in_session(who, [mode, str(fixture_root.resolve()), str(out), *extra])
         if not out.is_file():
             raise BackendFailed(f"{who}: {DRIVER.name} exited 0 but wrote no output")
         try:

@@ -76,7 +76,8 @@ def _node_version(node: str, mtime_ns: int) -> tuple[int, int] | None:
     """(major, minor) of a Node executable, None if it does not answer `--version` like Node."""
     del mtime_ns  # part of the cache key only: a replaced binary is probed again
     try:
-        proc = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, check=False)
+        # A guard against a hung binary, generous for a loaded machine: Node answers in ~0.05 s.
+        proc = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+\S*", proc.stdout.strip())
@@ -121,7 +122,7 @@ def timeout_seconds(fixture: Fixture | None = None) -> float:
     return seconds_from_env("PARITY_NODE_TIMEOUT", default)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the child's process group (its own session), then reap the child (bounded wait)."""
     if os.name != "nt":
         with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
@@ -132,7 +133,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
-def _tail(f: Any, limit: int = 64 * 1024) -> str:
+def tail_text(f: Any, limit: int = 64 * 1024) -> str:
     """The last `limit` bytes of an open file, as text (a child could write gigabytes to stderr)."""
     f.seek(0, os.SEEK_END)
     size = f.tell()
@@ -168,13 +169,13 @@ def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str =
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             raise BackendFailed(f"{who}: {script.name} timed out after {timeout:g} s") from None
         except BaseException:  # Ctrl-C or anything else: never leave Node running
-            _kill_group(proc)
+            kill_group(proc)
             raise
-        _kill_group(proc)  # whatever Node left behind in its group
-        stderr = _tail(err)
+        kill_group(proc)  # whatever Node left behind in its group
+        stderr = tail_text(err)
     if proc.returncode != 0:
         raise BackendFailed(
             f"{who}: {script.name} failed (exit code {proc.returncode}): {last_line(stderr)}"
