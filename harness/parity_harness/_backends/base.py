@@ -123,7 +123,8 @@ class Backend:
         """True when `run_layer` works for this fixture (`parity attribute`); by default it does not."""
         return False
 
-    def run_layer(self, fixture: Fixture, precision: Precision, layer: str, stream: np.ndarray) -> dict[str, np.ndarray]:
+    def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
+                  stream: np.ndarray) -> dict[str, np.ndarray]:
         """One layer (`layer_names`) from `stream` [T, d] (float32, values of `precision`): {tap: array}
         for `layer_taps(layer)`, in the precision's container dtype."""
         raise NotImplementedError

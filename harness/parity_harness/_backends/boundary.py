@@ -2,7 +2,8 @@
 
 No command calls a backend's methods itself. `parity_harness._backends.registry.load_backend` (and `GuardedBackend.wrap`
 for the self-test's in-process backends) hands out a `GuardedBackend`, and every call into backend code,
-`run`, `run_cases`, `decode`, `supports_decoding`, `run_layer`, `supports_layers`, `declines`, `supported_taps`, `missing_dependencies`,
+`run`, `run_cases`, `decode`, `supports_decoding`, `run_layer`, `supports_layers`,
+`declines`, `supported_taps`, `missing_dependencies`,
 goes through one of its methods. Every call:
 
 - gets a private view of the fixture (`Fixture.for_backend()`: its own manifest, cases and tolerances,

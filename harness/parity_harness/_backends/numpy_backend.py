@@ -72,7 +72,8 @@ class NumpyBackend(Backend):
     def supports_layers(self, fixture: Fixture) -> bool:
         return True
 
-    def run_layer(self, fixture: Fixture, precision: Precision, layer: str, stream: np.ndarray) -> dict[str, np.ndarray]:
+    def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
+                  stream: np.ndarray) -> dict[str, np.ndarray]:
         dtype, config = COMPUTE[precision], fixture.config
         params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
         x = np.asarray(stream).astype(dtype)  # (T, d)

@@ -57,7 +57,8 @@ class PyTorchBackend(Backend):
     def supports_layers(self, fixture: Fixture) -> bool:
         return True
 
-    def run_layer(self, fixture: Fixture, precision: Precision, layer: str, stream: np.ndarray) -> dict[str, np.ndarray]:
+    def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
+                  stream: np.ndarray) -> dict[str, np.ndarray]:
         import torch
 
         from parity_reference import model
@@ -67,7 +68,8 @@ class PyTorchBackend(Backend):
         if key not in cached:
             cached.clear()  # one fixture and precision at a time
             cached[key] = torch_params(fixture.weights(), precision)
-        params, config, taps = cached[key], fixture.config, {}
+        params, config = cached[key], fixture.config
+        taps: dict[str, torch.Tensor] = {}
         with torch.no_grad():
             x = torch.tensor(np.asarray(stream), dtype=params["wte.weight"].dtype)  # (T, d)
             if layer == "unembed":

@@ -1,5 +1,5 @@
-"""The `parity` command: run, compare, merge, lens, generate, diff, attribute, backends, export, check-backend, selftest,
-verify-ts, serve.
+"""The `parity` command: run, compare, merge, lens, generate, diff, attribute, backends, export, check-backend,
+selftest, verify-ts, serve.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
 User errors are one line on stderr, never a traceback. The exit code is decided here, never by an

@@ -90,7 +90,8 @@ def _exact_rest(params: dict[str, np.ndarray], fixture: Fixture, layer: str, x: 
     """The logits [T, V] of the float64 model run from `x`, the output of `layer`, through every later layer."""
     from parity_reference import numpy_model as nm
 
-    config, names, scratch = fixture.config, layer_names(fixture.config.n_layer), {}
+    config, names = fixture.config, layer_names(fixture.config.n_layer)
+    scratch: dict[str, np.ndarray] = {}
     for later in names[names.index(layer) + 1:]:
         if later == "unembed":
             return nm.unembed(x, params, config, scratch, "s")  # (T, V)
@@ -119,7 +120,8 @@ def _stream_note(fixture: Fixture, precision: Precision, golden: dict[str, np.nd
     return ""
 
 
-def attribute(fixture: Fixture, backend: GuardedBackend, precision: Precision, target: float | None = None) -> Attribution:
+def attribute(fixture: Fixture, backend: GuardedBackend, precision: Precision,
+              target: float | None = None) -> Attribution:
     """Run the three passes (module docstring) and compute the table and the recommendation."""
     if not is_reduced(precision):
         raise ParityError(f"parity attribute: --precision must be fp16 or bf16, got {precision}")
