@@ -17,6 +17,15 @@ defines `run_cases`, a generator of `(case name, {tap: array})` in the fixture's
 harness compares and drops each case as it comes (memory bounded by one case); `declines` returns
 a reason to not run at all on a fixture (e.g. too big for a pure-Python interpreter), reported once
 as "not supported".
+
+Optionally, for `parity attribute` (docs/attribution.md), a backend runs one layer from a given input:
+`supports_layers(fixture)` returns True and `run_layer(fixture, precision, layer, stream)` computes
+`layer`, one of `layer_names(n_layer)`: "blocks.{i}.attn" (LN1 + attention + the residual add, from
+`stream` = the block's resid_pre [T, d]; taps `blocks.{i}.ln1.hook_scale` .. `blocks.{i}.hook_resid_mid`),
+"blocks.{i}.mlp" (LN2 + MLP + the add, from resid_mid; taps `blocks.{i}.ln2.hook_scale` ..
+`hook_resid_post`) or "unembed" (the final LayerNorm and the logits, from the last stream; taps
+`ln_final.hook_scale`, `ln_final.hook_normalized`, `logits`, every position). `stream` is a float32
+array holding values of `precision` (`LAYER_TAPS` lists the taps of each layer, `layer_taps`).
 """
 
 from __future__ import annotations
@@ -34,7 +43,29 @@ if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
 
-__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "module_available"]
+__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "layer_names", "layer_taps", "module_available"]
+
+# The taps each kind of layer returns from `run_layer`, relative to "blocks.{i}." for the two sub-layers.
+LAYER_TAPS: dict[str, tuple[str, ...]] = {
+    "attn": ("ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+             "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid"),
+    "mlp": ("ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out",
+            "hook_resid_post"),
+    "unembed": ("ln_final.hook_scale", "ln_final.hook_normalized", "logits"),
+}
+
+
+def layer_names(n_layer: int) -> list[str]:
+    """The layers `run_layer` computes, in dataflow order: blocks.{i}.attn, blocks.{i}.mlp, ..., unembed."""
+    return [f"blocks.{i}.{part}" for i in range(n_layer) for part in ("attn", "mlp")] + ["unembed"]
+
+
+def layer_taps(layer: str) -> list[str]:
+    """The full tap names `run_layer(..., layer, ...)` returns, in dataflow order."""
+    if layer == "unembed":
+        return list(LAYER_TAPS["unembed"])
+    block, part = layer.rsplit(".", 1)
+    return [f"{block}.{t}" for t in LAYER_TAPS[part]]
 
 
 def module_available(name: str) -> bool:
@@ -87,6 +118,16 @@ class Backend:
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         """Optional, with `streams = True`: yield (case name, {tap: array}) for every case, in order."""
         yield from self.run(fixture, precision).items()
+
+    def supports_layers(self, fixture: Fixture) -> bool:
+        """True when `run_layer` works for this fixture (`parity attribute`); by default it does not."""
+        return False
+
+    def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
+                  stream: np.ndarray) -> dict[str, np.ndarray]:
+        """One layer (`layer_names`) from `stream` [T, d] (float32, values of `precision`): {tap: array}
+        for `layer_taps(layer)`, in the precision's container dtype."""
+        raise NotImplementedError
 
     def declines(self, fixture: Fixture) -> str | None:
         """Why this backend does not run on `fixture` at all (reported once as not supported), or None."""

@@ -2,7 +2,8 @@
 
 No command calls a backend's methods itself. `parity_harness._backends.registry.load_backend` (and `GuardedBackend.wrap`
 for the self-test's in-process backends) hands out a `GuardedBackend`, and every call into backend code,
-`run`, `run_cases`, `decode`, `supports_decoding`, `declines`, `supported_taps`, `missing_dependencies`,
+`run`, `run_cases`, `decode`, `supports_decoding`, `run_layer`, `supports_layers`,
+`declines`, `supported_taps`, `missing_dependencies`,
 goes through one of its methods. Every call:
 
 - gets a private view of the fixture (`Fixture.for_backend()`: its own manifest, cases and tolerances,
@@ -33,6 +34,10 @@ The rules of the contract (docs/adding-a-backend.md states them for authors):
   float32 array (the precision's container, `DTYPES`) holding values exactly representable in that
   precision (`unrepresentable`): a float32 value that is not is a broken contract (exit 2, one line),
   since what was judged would not be what the precision computes.
+- one layer (`parity attribute`): `supports_layers(fixture)` a bool; `run_layer` returns a dict of exactly
+  that layer's taps (`layer_taps`), each a `numpy.ndarray` of the manifest's shape for the input's length
+  and the precision's container dtype, its values of the precision: anything else is a broken contract
+  (exit 2, one line), since the attribution has no comparison to leave a wrong tap to.
 - decoding: `decode` returns a dict with exactly the requests' names, each a dict of `"step{k}/{tap}"`
   keys of the request's steps and the decoding taps only, each a `numpy.ndarray`. A missing key is left to
   the comparison, as for the forward pass.
@@ -50,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
-from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision
+from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision, layer_names, layer_taps
 from parity_harness._backends.guard import call_backend, one_line
 from parity_harness._core.errors import BackendMisbehaved
 from parity_harness._core.precision import unrepresentable
@@ -418,6 +423,52 @@ class GuardedBackend:
         output = self._call(f"decode ({precision})", lambda: self._backend.decode(view, precision, list(asked)),
                             sum(1 + r.steps for r in asked))
         return checked_decode_output(self.name, precision, output, asked, decode_tap_names(fixture.config.n_layer))
+
+    # -- one layer (parity attribute) -----------------------------------------------------------
+
+    def runs_layers(self, fixture: Fixture) -> bool:
+        """True when it computes one layer from a given input (`run_layer`); anything but a bool is BackendFailed."""
+        view = fixture.for_backend()
+        answer = self._call("supports_layers", lambda: self._backend.supports_layers(view))
+        if type(answer) is not bool:
+            raise BackendMisbehaved(f"backend {self.name!r}: supports_layers returned "
+                                    f"{one_line(repr(answer))[:80]}, expected True or False")
+        return answer
+
+    def layer(self, fixture: Fixture, precision: Precision, layer: str, stream: np.ndarray) -> dict[str, np.ndarray]:
+        """`layer` (`layer_names`) computed from `stream` [T, d]: {tap: array}, exactly its taps, checked and copied."""
+        from parity_harness._core.precision import DTYPES
+        from parity_reference.taps import tap_shape
+
+        self._check_precision(precision)
+        if layer not in layer_names(fixture.config.n_layer) or stream.ndim != 2:  # the harness's own mistake
+            raise BackendMisbehaved(f"no layer {layer!r} with a stream of shape {list(stream.shape)} in this fixture")
+        view = fixture.for_backend()
+        given = np.array(stream, dtype=DTYPES[precision], copy=True)
+        given.setflags(write=False)
+        output = self._call(f"run_layer ({precision}, {layer})",
+                            lambda: self._backend.run_layer(view, precision, layer, given))
+        taps = layer_taps(layer)
+        if not isinstance(output, dict):
+            raise BackendMisbehaved(f"backend {self.name!r}: run_layer returned {type(output).__name__}, "
+                                    "expected a dict by tap")
+        got = dict(dict.items(output))
+        wrong = [t for t in got if t not in taps] or [t for t in taps if t not in got]
+        if wrong:
+            raise BackendMisbehaved(f"backend {self.name!r}, run_layer {layer}: returned {sorted(got)[:2]}..., "
+                                    f"expected exactly {taps[0]} .. {taps[-1]} ({one_line(repr(wrong[0]))[:80]})")
+        dtype = np.dtype(DTYPES[precision])
+        copied: dict[str, np.ndarray] = {}
+        for tap in taps:
+            array = got[tap]
+            want = tap_shape(fixture.config, tap, stream.shape[0])
+            if type(array) is not np.ndarray or array.shape != want or array.dtype != dtype:
+                what = f"{array.dtype}{list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
+                raise BackendMisbehaved(f"backend {self.name!r}, run_layer {layer}: {tap} is {what}, "
+                                        f"expected {dtype}{list(want)}")
+            copied[tap] = np.array(array, copy=True)
+        check_representable(self.name, precision, layer, copied)
+        return copied
 
     def _check_precision(self, precision: Precision) -> None:
         if precision not in self.precisions:  # the harness's own mistake, never the backend's

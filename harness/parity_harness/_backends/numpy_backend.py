@@ -9,6 +9,8 @@ in the other dtypes); the taps leave as float32 arrays (the reduced precisions' 
 is no bf16: NumPy has no bfloat16 dtype, and emulating it would mean rounding after every op inside
 numpy_model.py, whose matmuls would still accumulate in float32 between roundings: a model of a
 bf16 kernel, not bf16 arithmetic (docs/tolerances.md, "Reduced precision").
+
+It runs one layer from a given input (`run_layer`, for `parity attribute`) with the same functions.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from parity_harness._core.errors import FixtureError
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
 from parity_harness._fixture.fixture import Fixture
-from parity_reference.numpy_model import decode, forward
+from parity_reference.numpy_model import attention, decode, forward, layer_norm, mlp, unembed
 
 # The dtype each precision computes in (DTYPES is the dtype results are returned in).
 COMPUTE: dict[Precision, type[np.floating[Any]]] = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}
@@ -66,6 +68,32 @@ class NumpyBackend(Backend):
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
+
+    def supports_layers(self, fixture: Fixture) -> bool:
+        return True
+
+    def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
+                  stream: np.ndarray) -> dict[str, np.ndarray]:
+        dtype, config = COMPUTE[precision], fixture.config
+        params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
+        x = np.asarray(stream).astype(dtype)  # (T, d)
+        taps: dict[str, np.ndarray] = {}
+        if layer == "unembed":
+            taps["logits"] = unembed(x, params, config, taps, "ln_final")  # (T, V)
+        else:
+            name, part = layer.rsplit(".", 1)
+            p = "h." + name.split(".")[1] + "."
+            if part == "attn":
+                ln1 = layer_norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], config.ln_eps, taps,
+                                 f"{name}.ln1")  # (T, d)
+                taps[f"{name}.hook_attn_out"] = attention(ln1, params, p + "attn.", config, taps, f"{name}.attn")
+                taps[f"{name}.hook_resid_mid"] = x + taps[f"{name}.hook_attn_out"]  # (T, d)
+            else:
+                ln2 = layer_norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, taps,
+                                 f"{name}.ln2")  # (T, d)
+                taps[f"{name}.hook_mlp_out"] = mlp(ln2, params, p + "mlp.", taps, f"{name}.mlp")  # (T, d)
+                taps[f"{name}.hook_resid_post"] = x + taps[f"{name}.hook_mlp_out"]  # (T, d)
+        return {tap: t.astype(DTYPES[precision], copy=False) for tap, t in taps.items()}
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None

@@ -4,13 +4,14 @@ In float64 the float32 weights are upcast and everything, the positional table i
 computed in float64: this is what the fp64 golden file holds. In fp16 and bf16 (on the CPU) the
 weights are rounded to torch.float16 / torch.bfloat16, every op computes in that dtype, and the taps
 are widened to float32 arrays (exactly: the reduced precisions' container). It streams: one case at a
-time. Decoding is checked in fp32 and fp64 only.
+time. Decoding is checked in fp32 and fp64 only. It runs one layer from a given input (`run_layer`,
+for `parity attribute`) with the same functions of model.py, its weights cast once per precision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -52,6 +53,43 @@ class PyTorchBackend(Backend):
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
+
+    def supports_layers(self, fixture: Fixture) -> bool:
+        return True
+
+    def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
+                  stream: np.ndarray) -> dict[str, np.ndarray]:
+        import torch
+
+        from parity_reference import model
+
+        key = (str(fixture.root), precision)
+        cached: dict[tuple[str, str], Any] = self.__dict__.setdefault("_layer_params", {})
+        if key not in cached:
+            cached.clear()  # one fixture and precision at a time
+            cached[key] = torch_params(fixture.weights(), precision)
+        params, config = cached[key], fixture.config
+        taps: dict[str, torch.Tensor] = {}
+        with torch.no_grad():
+            x = torch.tensor(np.asarray(stream), dtype=params["wte.weight"].dtype)  # (T, d)
+            if layer == "unembed":
+                taps["logits"] = model.unembed(x, params, config, taps, "ln_final")  # (T, V)
+            else:
+                name, part = layer.rsplit(".", 1)
+                p = "h." + name.split(".")[1] + "."
+                if part == "attn":
+                    ln1 = model.layer_norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], config.ln_eps,
+                                           taps, f"{name}.ln1")  # (T, d)
+                    taps[f"{name}.hook_attn_out"] = model.attention(ln1, params, p + "attn.", config, taps,
+                                                                    f"{name}.attn")  # (T, d)
+                    taps[f"{name}.hook_resid_mid"] = x + taps[f"{name}.hook_attn_out"]  # (T, d)
+                else:
+                    ln2 = model.layer_norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps,
+                                           taps, f"{name}.ln2")  # (T, d)
+                    taps[f"{name}.hook_mlp_out"] = model.mlp(ln2, params, p + "mlp.", taps, f"{name}.mlp")  # (T, d)
+                    taps[f"{name}.hook_resid_post"] = x + taps[f"{name}.hook_mlp_out"]  # (T, d)
+        out = torch.float32 if precision in ("fp16", "bf16") else params["wte.weight"].dtype
+        return {tap: t.to(out).contiguous().numpy() for tap, t in taps.items()}
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None

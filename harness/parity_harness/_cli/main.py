@@ -1,5 +1,5 @@
-"""The `parity` command: run, compare, merge, lens, generate, diff, backends, export, check-backend, selftest,
-verify-ts, serve.
+"""The `parity` command: run, compare, merge, lens, generate, diff, attribute, backends, export, check-backend,
+selftest, verify-ts, serve.
 
 Exit codes: 0 everything agrees, 1 a numerical disagreement, 2 bad input, usage or environment.
 User errors are one line on stderr, never a traceback. The exit code is decided here, never by an
@@ -273,6 +273,14 @@ def cmd_lens(args: argparse.Namespace) -> int:
         print(f"parity: skipped: {line}", file=sys.stderr)
     return for_verdict(run_lens(fixture, args.case, backends, Path(args.plot) if args.plot is not None else None,
                                 default_selection=names is None, out=sys.stdout, progress=_progress))
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    from parity_harness._tools.attribute import run_attribute
+
+    fixture = load_fixture(args.fixture)
+    backends, _ = select_backends(_parse_backends(args.backend))
+    return for_verdict(run_attribute(fixture, backends[0], cast(Precision, args.precision), args.target, sys.stdout))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -563,6 +571,15 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     diff.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     diff.set_defaults(func=cmd_diff)
+
+    attr = sub.add_parser("attribute", help="which layer loses fp16/bf16 precision, teacher-forced, and which to keep "
+                                            "in fp32 (exit 1 when the free run's logits miss the target)")
+    attr.add_argument("--backend", required=True, help="a backend that runs one layer (run_layer)")
+    attr.add_argument("--precision", choices=["fp16", "bf16"], required=True)
+    attr.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    attr.add_argument("--target", type=float, metavar="UNITS",
+                      help="the logits error to meet, in eps units (default: the precision's c, the tolerance)")
+    attr.set_defaults(func=cmd_attribute)
 
     backends = sub.add_parser("backends", help="list registered backends and whether they can run")
     backends.set_defaults(func=cmd_backends)
