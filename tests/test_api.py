@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -34,6 +33,8 @@ from parity_harness._fixture.fixture import Fixture, default_fixture_dir
 from parity_harness._views.console import divergence_paragraph, print_report, report_json, verdict_line
 from tests.conftest import REPO
 from tests.test_plugin import make_child_env, pip_install_command
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 EXAMPLE = REPO / "examples" / "pytest-port"
 LYING_TAP = "blocks.1.hook_resid_mid"  # where examples/pytest-port/my_port.py's LyingPort lies
@@ -175,7 +176,7 @@ def test_api_is_reachable_from_the_package() -> None:
     proc = subprocess.run([sys.executable, "-c", "import parity_harness, sys; "
                            "assert 'parity_harness.api' not in sys.modules; "
                            "print(parity_harness.api.assert_agrees.__module__)"], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=300, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "parity_harness.api", proc.stderr
 
 
@@ -372,7 +373,7 @@ def test_plugin_import_is_cheap() -> None:
     code = ("import sys, parity_harness.pytest_plugin; heavy = [m for m in ('numpy', 'torch', 'onnx', 'onnxruntime', "
             "'safetensors', 'parity_harness.api', 'parity_harness._fixture.fixture') if m in sys.modules]; "
             "print(heavy)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
@@ -398,6 +399,7 @@ def test_plugin_a_lying_port_fails_naming_the_tap(tmp_path: Path) -> None:
 
 PROBE = '''
 from pathlib import Path
+
 
 def test_which_fixture(parity):
     print("PARITY-FIXTURE", Path(parity.fixture.root).resolve())
@@ -450,7 +452,6 @@ def test_plugin_a_crashing_backend_fails_the_test_in_one_line(tmp_path: Path) ->
 # -- install: a real pip install of the checkout, the example's suite through the entry point -------
 
 INSTALLED = ("pyproject.toml", "README.md", "harness", "reference", "ts_model", "fixtures/toy", "fixtures/toy-stress")
-INSTALL_SECONDS = 60  # measured ~9 s for `pip install -e` on this 2-core machine under load (~16 s with both runs)
 
 
 @pytest.fixture(scope="module")
@@ -465,13 +466,10 @@ def installed_python(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
         else:
             src.mkdir(exist_ok=True)
             shutil.copy2(REPO / name, src / name)
-    start = time.perf_counter()
     python = make_child_env(work / "venv")
     proc = subprocess.run(pip_install_command(python, "-e", str(src)), capture_output=True, text=True, timeout=300,
                           cwd=work, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    seconds = time.perf_counter() - start
-    assert seconds < INSTALL_SECONDS, f"venv + pip install -e took {seconds:.1f} s"
     return python, src
 
 
@@ -486,7 +484,7 @@ def test_install_the_example_suite_passes_through_the_entry_point(installed_pyth
     where = subprocess.run([str(python), "-c", "import parity_harness, importlib.metadata as m; "
                             "print(parity_harness.__file__); "
                             "print(sorted(e.value for e in m.entry_points(group='pytest11') if e.name == 'parity'))"],
-                           capture_output=True, text=True, cwd=example, env=child_env(), timeout=60, check=False)
+                           capture_output=True, text=True, cwd=example, env=child_env(), timeout=300, check=False)
     init = src / "harness" / "parity_harness" / "__init__.py"
     assert where.stdout.splitlines() == [str(init), "['parity_harness.pytest_plugin']"], \
         where.stdout + where.stderr
