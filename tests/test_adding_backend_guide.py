@@ -24,8 +24,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.fixture_builders import build_random_fixture
 from tests.test_plugin import make_child_env, needs_cli, pip_install_command, run_harness
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "adding-a-backend.md"

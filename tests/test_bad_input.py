@@ -18,6 +18,8 @@ from safetensors.numpy import load_file, save_file
 from tests.conftest import rehash, run_cli
 from tests.test_cli import assert_one_line_error
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 Breaker = Callable[[Path], object]  # its return value, if any, is ignored
 
 

@@ -31,6 +31,9 @@ from parity_harness._tools.serve import make_server, routes, serving
 from tests.conftest import REPO, run_cli
 
 T = TypeVar("T")
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 BACKENDS = "typescript-browser,onnxruntime-web"  # onnxruntime-web-optimized: in test_parity_full.py
 MUTANTS = ["ts-no-causal-mask", "ts-erf-polynomial"]  # both tiers fail / only the fp64 tier fails
 

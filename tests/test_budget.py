@@ -7,10 +7,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from parity_harness._compare.budget import EPS32, EPS64, GOLDEN_FP32, format_budget, tap_budget
 from parity_reference.taps import tap_names
 from tests.conftest import run_cli
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 
 def test_units_are_max_abs_over_eps_times_the_tap_magnitude() -> None:

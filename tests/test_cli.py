@@ -11,6 +11,8 @@ from safetensors.numpy import load_file, save_file
 
 from tests.conftest import edit_manifest, rehash, run_cli
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 
 def assert_one_line_error(proc: object, *needles: str) -> None:
     """Exit 2, a single `parity: error:` line on stderr naming the problem, and no traceback."""

@@ -25,6 +25,8 @@ from parity_harness._run.runner import run_parity
 from parity_harness._views.console import print_report, write_json
 from tests.conftest import REPO, edit_manifest, run_cli
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 MASK_ANCHOR = "config.causal && j > pos ?"
 
 

@@ -15,6 +15,8 @@ import pytest
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._fixture.fixture import Fixture, load_fixture
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 BUILT_IN = sorted(name for name, ep in backend_entry_points().items()
                   if ep.value.startswith("parity_harness._backends."))
 

@@ -20,6 +20,8 @@ from parity_harness._fixture.platforms import IDENTITY_KEYS, describe, same_plat
 from tests.conftest import AVX512_VECTOR, edit_manifest, rehash, run_cli
 from tests.test_parity_full import builtin_backends
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 FOREIGN = {"system": "Linux", "machine": "aarch64", "torch": "2.13.0", "cpu_capability": "DEFAULT",
            "blas": "openblas", "cpu": "a simulated foreign CPU"}
 

@@ -30,6 +30,8 @@ from parity_harness._run.runner import run_parity
 from tests.test_hostile_plugins import assert_exit_2_one_line, run_all, run_hostile
 from tests.test_parity_full import BUILTIN_PRECISIONS
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 
 @pytest.fixture(scope="module")
 def toy() -> Fixture:

@@ -16,7 +16,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,8 @@ from parity_harness._core.strict_json import StrictJSONError, loads_strict
 from parity_harness._fixture.schema import SEAL_KEY
 from tests.conftest import edit_manifest, rehash, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line, run_all
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 Breaker = Callable[[Path], object]
 
@@ -309,20 +310,17 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, case: str, args: lis
 def test_node_timeout_holds_when_a_grandchild_escapes_the_process_group(tmp_path: Path, case: str) -> None:
     pid_file = tmp_path / "grandchild.pid"
     fake = tmp_path / "fake-node"
-    fake.write_text(f"#!/bin/sh\nsetsid sleep 600 &\necho $! > {pid_file}\nsleep 600\n", encoding="utf-8")
+    # The grandchild outlives run_cli's timeout: a run held by it (its pipes, a wait) fails the test there.
+    fake.write_text(f"#!/bin/sh\nsetsid sleep 3600 &\necho $! > {pid_file}\nsleep 3600\n", encoding="utf-8")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    start = time.monotonic()
     try:
         proc = run_cli("run", "--backends", "typescript", "-q",
                        env={"PARITY_NODE": str(fake), "PARITY_NODE_TIMEOUT": "2"}, timeout=300)
-        elapsed = time.monotonic() - start
     finally:
         if pid_file.exists():  # the grandchild escaped on purpose: end it by its id
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text().strip()), 9)
     assert_exit_2_one_line(proc, "typescript", "timed out after 2 s")
-    # A held run would wait for the grandchild's 600 s; the bound is generous for a loaded machine.
-    assert elapsed < 300, f"took {elapsed:.1f} s (the grandchild held the run)"
 
 
 def test_the_verdict_says_how_many_taps_each_backend_was_compared_on(tmp_path: Path) -> None:

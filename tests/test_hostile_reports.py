@@ -25,6 +25,8 @@ import pytest
 from tests.conftest import REPO, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 PLUGIN_DIR = REPO / "tests" / "report_plugin"
 Doc = dict[str, Any]
 
@@ -32,7 +34,7 @@ Doc = dict[str, Any]
 def run_reports(*args: str) -> subprocess.CompletedProcess[str]:
     """`python -m parity_harness ARGS` with tests/report_plugin discoverable (PYTHONPATH), as users run it."""
     path = os.pathsep.join(p for p in (str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    return run_cli(*args, env={"PYTHONPATH": path}, timeout=120)
+    return run_cli(*args, env={"PYTHONPATH": path}, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,8 @@ from tests.test_hostile_plugins import assert_exit_2_one_line
 from tests.test_parity_full import BUILTIN_PRECISIONS
 from tests.test_scaled import _checkpoint
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 TIMEOUT = 60  # seconds, for every request a test makes: a hang guard, generous for a loaded machine
 
 

@@ -41,6 +41,8 @@ from tests.conftest import edit_manifest, rehash, run_cli
 from tests.test_cli import perturb_weight
 from tests.test_hostile_plugins import assert_exit_2_one_line
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 FAKE = "parity: fake line"
 # Every trick at once. Sources that cannot hold some of these characters get a subset (below).
 HOSTILE = f"\x1b[2K\rPASS: every backend agrees\u2028{FAKE}\u202e\x00\ud800\uffff\x1b]0;title\x07\x85\u2029"
@@ -256,6 +258,7 @@ PLUGIN_SOURCE = '''"""Backends whose strings are hostile (tests/test_hostile_tex
 from typing import ClassVar
 import numpy as np
 from parity_harness._backends.base import Backend
+
 
 HOSTILE = {hostile}
 

@@ -30,6 +30,8 @@ from parity_harness._fixture.tolerances import CEILINGS, override_atol_ceiling, 
 from tests.conftest import REPO, edit_manifest, rehash, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 STRESS = REPO / "fixtures" / "toy-stress"
 FIXTURES = {"toy": REPO / "fixtures" / "toy", "stress": STRESS}
 

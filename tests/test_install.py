@@ -23,6 +23,8 @@ import pytest
 from tests.conftest import REPO
 from tests.test_parity_full import builtin_backends
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 
 @pytest.fixture(scope="module")
 def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from parity_harness._fixture.fixture import load_fixture
 from parity_harness._tools.lens import format_grid, golden_grid, mark_backend
@@ -12,6 +13,8 @@ from parity_harness._views.plots import DPI, lens_figsize
 from tests.conftest import run_cli
 from tests.test_cli import perturb_weight
 from tests.test_reports import assert_real_picture
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 
 def test_lens_prints_the_grid_and_draws_a_real_picture(toy_dir: Path, tmp_path: Path) -> None:

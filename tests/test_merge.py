@@ -13,6 +13,8 @@ import pytest
 from tests.conftest import run_cli
 from tests.test_cli import assert_one_line_error
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 SHARDS = ("numpy", "onnxruntime")
 
 

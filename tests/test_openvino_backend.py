@@ -26,6 +26,8 @@ from parity_harness._fixture.fixture import Case, Fixture, load_fixture
 from parity_harness._run.runner import run_parity
 from tests.conftest import TOY
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 ENTRY_POINT = "parity_harness._backends.onnx.openvino_backend:OpenVinoBackend"
 
 

@@ -13,9 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 
 BUILTIN_PRECISIONS = {
     "pytorch": {"fp32", "fp64"},
@@ -48,18 +46,7 @@ def test_every_builtin_backend_is_registered_and_listed_here() -> None:
     assert builtin_backends() == set(BUILTIN_PRECISIONS)
 
 
-FIXTURES = ["toy", "toy-stress"]
-
-
-@pytest.fixture(scope="module", params=FIXTURES)
-def full_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[Path, subprocess.CompletedProcess[str], Any]:
-    """One `parity run` of every built-in backend on each committed fixture: its directory, process and JSON."""
-    toy_dir = REPO / "fixtures" / request.param
-    out = tmp_path_factory.mktemp("full") / "report.json"
-    names = ",".join(sorted(BUILTIN_PRECISIONS))
-    proc = run_cli("run", "--fixture", str(toy_dir), "--backends", names, "--json", str(out), "-q")
-    return toy_dir, proc, json.loads(out.read_text()) if out.exists() else {}
+# full_run (tests/conftest.py): one run of every built-in backend per committed fixture, shared.
 
 
 def test_full_parity_run_every_builtin_backend_agrees(full_run: tuple[Path, subprocess.CompletedProcess[str], Any]

@@ -25,6 +25,8 @@ from parity_harness._fixture.fixture import Fixture, load_fixture
 from tests.fixture_builders import build_random_fixture
 from tests.test_numpy_backend import max_error
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "examples" / "plugin"
 NAME = "example-numpy64"
@@ -37,14 +39,14 @@ def make_child_env(root: Path) -> Path:
     a .pth file calling `site.addsitedir` on this environment's site-packages does it instead
     (their own .pth files, editable installs included, are processed too).
     """
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=300)
     python = root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     child_site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=300,
     ).stdout.strip()
     parents = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     lines = [f"import site; site.addsitedir({p!r})" for p in parents]

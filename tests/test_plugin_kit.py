@@ -30,6 +30,8 @@ from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._tools.conformance import check_backend
 from tests.conftest import REPO, TOY
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 BUILT_INS = ["numpy", "pytorch", "onnxruntime", "onnxruntime-optimized", "onnx-reference", "typescript",
              "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "hf-transformers", "openvino",
              "transformerlens", "torch-compile"]
@@ -192,6 +194,7 @@ from importlib.metadata import EntryPoint
 import parity_harness._backends.registry as registry
 import parity_harness._cli.main as cli
 import tests.test_plugin_kit as kit
+
 real = registry.backend_entry_points()
 registered = {**real, **{c.name: EntryPoint(c.name, f"tests.test_plugin_kit:{c.__name__}", registry.GROUP)
                          for c in kit.FAKES}}

@@ -17,6 +17,8 @@ from parity_reference.taps import tap_names
 from tests.conftest import run_cli
 from tests.test_cli import perturb_weight
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 WEIGHT = "h.1.mlp.c_fc.weight"
 FIRST = "blocks.1.mlp.hook_pre"
 # What a change to block 1's c_fc can reach: its MLP and everything downstream of it, nothing upstream.

@@ -38,6 +38,8 @@ from parity_harness._core.safe_write import (
 from tests.conftest import REPO, TOY, edit_manifest, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 STRESS = REPO / "fixtures" / "toy-stress"
 # Longer than any file name a file system takes (255 bytes); relative (to the repository, where the CLI
 # runs), so the one line naming it stays under the 400 characters a message is cut to. Nothing can be created.
@@ -301,7 +303,7 @@ def test_input_selftest_json_in_the_fixture_is_refused(tmp_path: Path, toy: Path
 def test_read_seal_rehash_checks_names_before_opening_any_file(tmp_path: Path, toy: Path, name: str) -> None:
     edit_manifest(toy, lambda m: m["sha256"].update({name: "0" * 64}), seal=False)
     # Opening /dev/zero (or a FIFO) first would never end: run_cli's timeout, a hang guard, fails the test then.
-    assert_refused_unchanged(tmp_path, lambda: run_cli("seal", "--rehash-files", "--fixture", str(toy), timeout=120),
+    assert_refused_unchanged(tmp_path, lambda: run_cli("seal", "--rehash-files", "--fixture", str(toy), timeout=300),
                              "must be a plain name inside the fixture directory")
 
 
@@ -313,7 +315,7 @@ def test_read_a_listed_file_that_is_a_symlink_out_of_the_fixture_is_refused(tmp_
     (toy / "weights.safetensors").unlink()
     (toy / "weights.safetensors").symlink_to(target if target.startswith("/") else outside)
     for command in (["seal", "--rehash-files"], ["run", "--backends", "numpy", "-q"]):
-        assert_refused_unchanged(tmp_path, lambda c=command: run_cli(*c, "--fixture", str(toy), timeout=60),  # type: ignore[misc]
+        assert_refused_unchanged(tmp_path, lambda c=command: run_cli(*c, "--fixture", str(toy), timeout=300),  # type: ignore[misc]
                                  "weights.safetensors")
 
 
@@ -326,9 +328,9 @@ def _fifo(tmp_path: Path, name: str) -> Path:
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_read_merge_and_compare_refuse_a_fifo_instead_of_waiting(tmp_path: Path) -> None:
     fifo = _fifo(tmp_path, "r.json")
-    assert_refused_unchanged(tmp_path, lambda: run_cli("merge", str(fifo), timeout=60), "must be a regular file",
+    assert_refused_unchanged(tmp_path, lambda: run_cli("merge", str(fifo), timeout=300), "must be a regular file",
                              "a FIFO")
-    assert_refused_unchanged(tmp_path, lambda: run_cli("compare", str(fifo), timeout=60), "must be a regular file",
+    assert_refused_unchanged(tmp_path, lambda: run_cli("compare", str(fifo), timeout=300), "must be a regular file",
                              "a FIFO")
 
 
@@ -336,12 +338,12 @@ def test_read_merge_and_compare_refuse_a_fifo_instead_of_waiting(tmp_path: Path)
 def test_read_a_manifest_that_is_a_fifo_is_refused(tmp_path: Path, toy: Path) -> None:
     (toy / "manifest.json").unlink()
     os.mkfifo(toy / "manifest.json")
-    assert_refused_unchanged(tmp_path, lambda: run_cli("run", "--fixture", str(toy), timeout=60), "a FIFO")
+    assert_refused_unchanged(tmp_path, lambda: run_cli("run", "--fixture", str(toy), timeout=300), "a FIFO")
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_read_merge_dev_zero_is_refused_before_reading(tmp_path: Path) -> None:
-    assert_refused_unchanged(tmp_path, lambda: run_cli("merge", "/dev/zero", timeout=60), "/dev/zero", "a device")
+    assert_refused_unchanged(tmp_path, lambda: run_cli("merge", "/dev/zero", timeout=300), "/dev/zero", "a device")
 
 
 def test_read_a_huge_dump_header_is_refused_before_it_is_read(tmp_path: Path) -> None:
@@ -379,7 +381,7 @@ def test_read_an_input_over_its_cap_is_refused_before_it_is_read(tmp_path: Path,
     with open(path, "r+b" if path.exists() else "wb") as f:
         f.truncate(cap + 1)  # sparse past the end
     command = ["run", "--fixture", str(toy)] if kind == "manifest" else ["merge", str(path)]
-    assert_refused_unchanged(tmp_path, lambda: run_cli(*command, timeout=60),
+    assert_refused_unchanged(tmp_path, lambda: run_cli(*command, timeout=300),
                              f"the {kind} is {cap + 1} bytes, more than the {cap}")
 
 
@@ -406,7 +408,7 @@ ARGS: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
 def test_arg_a_users_mistake_is_one_line_not_an_internal_error(tmp_path: Path, case: str,
                                                                args: Callable[[Path], list[str]],
                                                                needles: tuple[str, ...]) -> None:
-    assert_refused_unchanged(tmp_path, lambda: run_cli(*args(tmp_path), timeout=120), *needles)
+    assert_refused_unchanged(tmp_path, lambda: run_cli(*args(tmp_path), timeout=300), *needles)
 
 
 MALFORMED: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [  # type: ignore[type-arg]
@@ -453,7 +455,7 @@ def test_write_fifo_report_without_a_reader_is_refused_not_waited_for(tmp_path: 
         pytest.skip("needs FIFOs")
     fifo = _fifo(tmp_path, "r.json")
     assert_refused_unchanged(tmp_path, lambda: run_cli("run", "--backends", "numpy", "--json", str(fifo),
-                                                       timeout=60), "a FIFO nobody reads")
+                                                       timeout=300), "a FIFO nobody reads")
 
 
 def test_write_fixture_files_are_not_left_private(tmp_path: Path) -> None:

@@ -29,22 +29,19 @@ from parity_harness._run.runner import run_parity
 from tests.conftest import run_cli
 from tests.test_parity_full import BUILTIN_PRECISIONS
 
+# Every test here is long (gpt2-mini's export, runs of it in subprocesses): `nox -s full` runs them.
+pytestmark = pytest.mark.full
+
 
 @pytest.fixture(scope="session")
-def mini_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`parity export --preset gpt2-mini` without the ONNX graphs (milliseconds), once per session."""
-    pytest.importorskip("torch")
-    root = tmp_path_factory.mktemp("mini") / "fixture"
-    export_preset(root, "gpt2-mini", seed=3, progress=lambda _m: None, with_onnx=False)
-    return root
+def mini_dir(gpt2_mini: Path) -> Path:
+    """The session's gpt2-mini (tests/conftest.py), read-only."""
+    return gpt2_mini
 
 
-def test_every_builtin_backend_passes_a_generated_fixture(tmp_path: Path) -> None:
-    """The preset with both ONNX graphs (~13 s of export: the one slow step), then every built-in backend."""
-    pytest.importorskip("torch")
-    pytest.importorskip("onnx")
-    root = tmp_path / "mini"
-    export_preset(root, "gpt2-mini", seed=3, progress=lambda _m: None)
+def test_every_builtin_backend_passes_a_generated_fixture(gpt2_mini: Path, tmp_path: Path) -> None:
+    """The preset with both ONNX graphs (the session's, ~13 s of export), then every built-in backend."""
+    root = gpt2_mini
     out = tmp_path / "report.json"
     names = ",".join(sorted(BUILTIN_PRECISIONS))
     proc = run_cli("run", "--fixture", str(root), "--backends", names, "--json", str(out), "-q")

@@ -35,6 +35,8 @@ from parity_harness._tools.mutants import (
 from parity_harness._tools.selftest import run_selftest
 from tests.conftest import REPO, run_cli
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 TOTALS = re.compile(r"^mutants caught (\d+)/(\d+), localized (\d+)/(\d+) \((\d+)%\), fp64-only (\d+)$")
 
 

@@ -33,6 +33,8 @@ from parity_harness._authoring.stress import (
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from tests.conftest import REPO, edit_manifest, run_cli
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 STRESS = REPO / "fixtures" / "toy-stress"
 
 

@@ -24,6 +24,8 @@ from parity_harness._fixture.fixture import load_fixture
 from parity_reference.taps import tap_names
 from tests.conftest import REPO, TOY
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 ENTRY = EntryPoint("torch-compile", "parity_harness._backends.torch_compile_backend:TorchCompileBackend",
                    parity_harness._backends.registry.GROUP)
 

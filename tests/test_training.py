@@ -24,6 +24,8 @@ from parity_reference.train_tiny import (
     training_sentences,
 )
 
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
+
 
 def test_make_batch_pads_and_shifts() -> None:
     inputs, targets = make_batch([[1, 4, 9, 0], [2, 3, 5, 8, 1, 6, 0]], width=8)

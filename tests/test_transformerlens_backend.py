@@ -26,12 +26,13 @@ import pytest
 
 import parity_harness._backends.registry
 from parity_harness import api
-from parity_harness._authoring.presets import export_preset
 from parity_harness._backends.base import module_available
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_reference.config import TOY
 from tests.conftest import REPO
 from tests.fixture_builders import build_random_fixture
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 NAME = "transformerlens"
 TARGET = "parity_harness._backends.transformerlens_backend:TransformerLensBackend"
@@ -69,10 +70,8 @@ def test_passes_the_toy_in_fp32_and_fp64_on_every_tap(registered: None, toy_dir:
     _assert_passes_every_tap(api.load(toy_dir))
 
 
-def test_passes_a_generated_gpt2_mini(registered: None, tmp_path: Path) -> None:
-    root = tmp_path / "mini"
-    export_preset(root, "gpt2-mini", seed=3, progress=lambda _m: None, with_onnx=False)
-    fixture = load_fixture(root)
+def test_passes_a_generated_gpt2_mini(registered: None, gpt2_mini: Path) -> None:
+    fixture = load_fixture(gpt2_mini)
     assert fixture.config.positions == "learned" and fixture.lens_rows() is not None
     _assert_passes_every_tap(fixture)
 

@@ -11,8 +11,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from parity_harness._tools.mutants import by_name
 from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 
 def mutated_ts_dir(tmp_path: Path, mutant: str | None) -> Path:
