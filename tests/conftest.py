@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +211,27 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "parity_harness", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=REPO)
+
+
+def cli_with_backends(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], module: str,
+                      classes: Sequence[type]) -> Callable[..., tuple[int, str, str]]:
+    """`parity ARGS` in-process with `classes` (defined in `module`) registered as entry points beside the real
+    backends: (exit code, stdout, stderr). The tests' one way to run fake backends through the real CLI."""
+    from importlib.metadata import EntryPoint
+
+    import parity_harness._backends.registry as registry
+    import parity_harness._cli.main as cli
+
+    real = registry.backend_entry_points()
+    registered = {**real, **{c.name: EntryPoint(c.name, f"{module}:{c.__name__}", registry.GROUP)  # type: ignore[attr-defined]
+                             for c in classes}}
+    monkeypatch.setattr(registry, "backend_entry_points", lambda: registered)
+    monkeypatch.setattr(cli, "backend_entry_points", lambda: registered)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = cli.main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -6,19 +6,17 @@ backend that computes its positions in float32 passes the fp32 tier, and the dif
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from importlib.metadata import EntryPoint
 from typing import Any, ClassVar
 from unittest import mock
 
 import numpy as np
 import pytest
 
-import parity_harness._backends.registry
-import parity_harness._cli.main
 import parity_reference.numpy_model
 from parity_harness._backends.base import Precision
 from parity_harness._backends.numpy_backend import NumpyBackend
 from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
+from tests.conftest import cli_with_backends
 from tests.test_bad_backends import assert_one_error_line
 
 
@@ -54,19 +52,7 @@ FAKES = [Float32Positions, Float32PositionsToo]
 @pytest.fixture
 def parity(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
     """`parity ARGS` in-process, with the fakes registered as entry points (as tests/test_bad_backends.py does)."""
-    real = parity_harness._backends.registry.backend_entry_points()
-    group = parity_harness._backends.registry.GROUP
-    registered = {**real, **{c.name: EntryPoint(c.name, f"{__name__}:{c.__name__}", group) for c in FAKES}}
-    monkeypatch.setattr(parity_harness._backends.registry, "backend_entry_points", lambda: registered)
-    monkeypatch.setattr(parity_harness._cli.main, "backend_entry_points", lambda: registered)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = parity_harness._cli.main.main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+    return cli_with_backends(monkeypatch, capsys, __name__, FAKES)
 
 
 def flagged(out: str) -> list[str]:

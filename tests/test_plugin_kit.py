@@ -15,7 +15,6 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator
-from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import ClassVar
 
@@ -28,7 +27,7 @@ from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._tools.conformance import check_backend
-from tests.conftest import REPO, TOY
+from tests.conftest import REPO, TOY, cli_with_backends
 
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
@@ -90,19 +89,7 @@ FAKES = [Perfect, Crashes, RaisesParityError, Streams, Hangs]
 @pytest.fixture
 def parity(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
     """`parity ARGS` in-process, with the fakes registered: (exit code, stdout, stderr)."""
-    real = parity_harness._backends.registry.backend_entry_points()
-    group = parity_harness._backends.registry.GROUP
-    registered = {**real, **{c.name: EntryPoint(c.name, f"{__name__}:{c.__name__}", group) for c in FAKES}}
-    monkeypatch.setattr(parity_harness._backends.registry, "backend_entry_points", lambda: registered)
-    monkeypatch.setattr(parity_harness._cli.main, "backend_entry_points", lambda: registered)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = parity_harness._cli.main.main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+    return cli_with_backends(monkeypatch, capsys, __name__, FAKES)
 
 
 def errors(err: str) -> list[str]:
