@@ -482,3 +482,14 @@ def test_write_export_and_decoding_only_replace_a_toy_fixture_and_nothing_beside
         assert (tmp_path / "beside.txt").read_text() == "untouched"
         assert all(stat.S_IMODE(p.stat().st_mode) & 0o044 for p in toy.iterdir())  # readable by others, as before
     assert run_cli("run", "--fixture", str(toy), "--backends", "numpy", "-q").returncode == 0
+
+
+def test_a_long_path_does_not_cut_off_the_hint_of_parity_s_own_message(tmp_path: Path) -> None:
+    """A fixture deep in a long directory: the one line keeps both the path and the hint at its end."""
+    deep = tmp_path / ("d" * 120) / ("e" * 120) / ("f" * 120)
+    deep.mkdir(parents=True)
+    proc = run_cli("run", "--fixture", str(deep / "missing"), "--backends", "numpy")
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert len(line) > 400 and "\n" not in line, line  # longer than the 400 characters plugin text is cut to
+    assert line.endswith("fixture directory not found"), line

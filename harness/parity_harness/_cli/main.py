@@ -717,12 +717,20 @@ def _print_error(exc: ParityError, verbose: bool) -> None:
         print(safe_text(str(detail)).rstrip("\n"), file=sys.stderr)
 
 
+OWN_MESSAGE_LIMIT = 4000  # characters of a message parity wrote itself (a long path must not cut off the hint)
+
+
 def _message(exc: BaseException) -> str:
+    """The error line: parity's own exception classes at up to OWN_MESSAGE_LIMIT characters (their text from
+    outside was cut where it was put in), any other class (a plugin's ParityError subclass) at one_line's 400."""
     try:
         text = str(exc)
     except BaseException:
         return describe_exception(exc)
-    return one_line(text) if isinstance(text, str) else describe_exception(exc)
+    if not isinstance(text, str):
+        return describe_exception(exc)
+    own = type(exc).__module__.startswith("parity_harness.")
+    return one_line(text, OWN_MESSAGE_LIMIT) if own else one_line(text)
 
 
 if __name__ == "__main__":
