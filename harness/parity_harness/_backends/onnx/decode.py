@@ -14,6 +14,7 @@ Decoding needs onnx and onnxruntime; the graph is written by
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from parity_harness._backends.onnx.graph import load_onnx
 from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
+    from parity_harness._backends.onnx.graph import Runner
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
     from parity_reference.config import GPTConfig
@@ -58,7 +60,6 @@ def decode_graph(fixture: Fixture) -> Path | None:
 def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     """Decode with onnxruntime: prefill by model.onnx (hook_k, hook_v, logits), steps by model.decode.onnx."""
     from parity_harness._backends.onnx.graph import check_onnx_file, expected_outputs, onnx_file, ort_runner
-    from parity_harness._fixture.decoding import steps_to_output
 
     path = decode_graph(fixture)
     if path is None:
@@ -74,6 +75,21 @@ def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     names = expected_outputs(fixture.tap_names, "all_taps")
     prefill = ort_runner(full)
     step = _ort_session(path)
+    return decode_steps(config, path, requests, names, prefill, step)
+
+
+Step = Callable[[np.ndarray, list[tuple[np.ndarray, np.ndarray]]], list[np.ndarray]]  # token (1,), cache -> values
+
+
+def decode_steps(config: GPTConfig, path: Path, requests: list[DecodeRequest], names: Sequence[str], prefill: Runner,
+                 step: Step, refuse_past_context: bool = False) -> DecodeOutput:
+    """The decoding loop of every ONNX runtime: prefill by the all-taps graph (`prefill`, its outputs in `names`'
+    order: the first cache is hook_k, hook_v transposed to [H, T, d_head]), then one `step` per token, fed or the
+    runtime's own greedy pick. `refuse_past_context`: a step past n_ctx is a FixtureError before the runtime sees it
+    (for a runtime that reads past its buffers rather than raising). Any runtime error is BackendFailed naming
+    `path` and the prompt."""
+    from parity_harness._fixture.decoding import steps_to_output
+
     out: DecodeOutput = {}
     for req in requests:
         try:
@@ -85,10 +101,14 @@ def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
             steps: list[tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = [(logits, cache)]
             for k in range(req.steps):
                 token = req.feed[k] if req.feed is not None else int(np.argmax(logits))
+                if refuse_past_context and len(req.prompt) + k >= config.n_ctx:
+                    raise FixtureError(f"prompt {req.name!r}: step {k + 1} is past the context ({config.n_ctx})")
                 values = step(np.asarray([token], dtype=np.int64), cache)
                 logits = values[0]
                 cache = [(values[1 + 2 * i], values[2 + 2 * i]) for i in range(config.n_layer)]
                 steps.append((logits, cache))
+        except FixtureError:
+            raise
         except Exception as exc:  # the runtime raises many types; any crash is the backend's failure
             text = str(exc).strip().splitlines()
             raise BackendFailed(f"{path}: prompt {req.name!r} failed: {text[0] if text else type(exc).__name__}") \
@@ -121,5 +141,5 @@ def _ort_session(path: Path) -> Any:
     return run
 
 
-__all__ = ["check_decode_model", "decode_graph", "input_names", "ort_decode", "output_names"]
+__all__ = ["Step", "check_decode_model", "decode_graph", "decode_steps", "input_names", "ort_decode", "output_names"]
 

@@ -131,10 +131,15 @@ class OpenVinoBackend(Backend):
 
 def _ov_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     """Prefill by model.onnx (hook_k, hook_v, logits), then one model.decode.onnx step per token."""
-    from parity_harness._backends.onnx.decode import check_decode_model, decode_graph, input_names, output_names
+    from parity_harness._backends.onnx.decode import (
+        check_decode_model,
+        decode_graph,
+        decode_steps,
+        input_names,
+        output_names,
+    )
     from parity_harness._backends.onnx.graph import load_onnx
     from parity_harness._backends.onnx.weights import check_graph_weights
-    from parity_harness._fixture.decoding import steps_to_output
 
     config = fixture.config
     for req in requests:  # the prompt and every fed token, before anything runs
@@ -154,33 +159,14 @@ def _ov_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     step = _compile(path)
     step_inputs, step_outputs = input_names(config.n_layer), [step.output(n) for n in output_names(config.n_layer)]
     request = step.create_infer_request()
-    out: DecodeOutput = {}
-    for req in requests:
-        try:
-            taps = dict(zip(names, prefill(np.asarray(req.prompt, dtype=np.int64)), strict=True))
-            logits = np.asarray(taps["logits"])[-1]  # (V,)
-            cache = [(np.asarray(taps[f"blocks.{i}.attn.hook_k"]).transpose(1, 0, 2).copy(),
-                      np.asarray(taps[f"blocks.{i}.attn.hook_v"]).transpose(1, 0, 2).copy())
-                     for i in range(config.n_layer)]  # (T, H, dh) -> (H, T, dh)
-            steps: list[tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = [(logits, cache)]
-            for k in range(req.steps):
-                token = req.feed[k] if req.feed is not None else int(np.argmax(logits))
-                if len(req.prompt) + k >= config.n_ctx:
-                    raise FixtureError(f"prompt {req.name!r}: step {k + 1} is past the context ({config.n_ctx})")
-                feeds: dict[str, np.ndarray] = {step_inputs[0]: np.asarray([token], dtype=np.int64)}
-                for i, (key, value) in enumerate(cache):
-                    feeds[step_inputs[1 + 2 * i]] = np.ascontiguousarray(key, dtype=np.float32)
-                    feeds[step_inputs[2 + 2 * i]] = np.ascontiguousarray(value, dtype=np.float32)
-                result = request.infer(feeds)
-                values = [np.array(result[port], dtype=np.float32, copy=True) for port in step_outputs]
-                logits = values[0]
-                cache = [(values[1 + 2 * i], values[2 + 2 * i]) for i in range(config.n_layer)]
-                steps.append((logits, cache))
-        except FixtureError:
-            raise
-        except Exception as exc:  # the runtime raises many types; any crash is the backend's failure
-            text = str(exc).strip().splitlines()
-            raise BackendFailed(f"{path}: prompt {req.name!r} failed: {text[0] if text else type(exc).__name__}") \
-                from None
-        out[req.name] = steps_to_output(config.n_layer, steps)
-    return out
+
+    def run_step(token: np.ndarray, cache: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+        feeds: dict[str, np.ndarray] = {step_inputs[0]: token}
+        for i, (key, value) in enumerate(cache):
+            feeds[step_inputs[1 + 2 * i]] = np.ascontiguousarray(key, dtype=np.float32)
+            feeds[step_inputs[2 + 2 * i]] = np.ascontiguousarray(value, dtype=np.float32)
+        result = request.infer(feeds)
+        return [np.array(result[port], dtype=np.float32, copy=True) for port in step_outputs]
+
+    # OpenVINO reads past its buffers instead of raising: a step past the context is refused first.
+    return decode_steps(config, path, requests, names, prefill, run_step, refuse_past_context=True)
