@@ -18,8 +18,9 @@ import pytest
 from parity_harness import api
 from parity_harness._backends.onnx import fp16
 from parity_harness._backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
-from parity_harness._core.errors import BackendFailed
+from parity_harness._core.errors import BackendFailed, FixtureError
 from parity_harness._fixture.fixture import load_fixture
+from tests.conftest import rehash
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -77,6 +78,20 @@ def test_a_planted_error_in_the_converted_graph_is_caught_at_its_tap(toy_dir: Pa
     monkeypatch.setattr(fp16, "_converted", {})
     monkeypatch.setattr(fp16, "convert", convert)
     assert api.run("onnxruntime", toy_dir, "fp16", decoding=False).passed  # the same run, unplanted
+
+
+def test_the_weights_check_applies_to_the_fp32_source_in_fp16_too(fixture_copy: Path) -> None:
+    """model.onnx made from other weights is refused before it is converted (FixtureError, exit 2)."""
+    import onnx
+
+    path = fixture_copy / "model.onnx"
+    model = onnx.load(str(path))
+    _scale("h__1__mlp__c_proj__weight", 2.0)(model)
+    onnx.save(model, str(path))
+    rehash(fixture_copy)
+    with pytest.raises(FixtureError, match=r"initializer 'h__1__mlp__c_proj__weight' differs from parameter"):
+        OnnxRuntimeBackend().run(load_fixture(fixture_copy), "fp16")
+    assert fp16._converted == {}  # refused before any conversion
 
 
 def test_an_output_left_in_float32_is_refused_in_one_line(toy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
