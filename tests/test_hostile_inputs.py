@@ -288,7 +288,7 @@ def test_a_report_that_fails_to_write_after_the_run_is_one_line_exit_2(
 ARGS: list[tuple[str, list[str], tuple[str, ...]]] = [
     ("arg-backends-repeated", ["run", "--backends", "numpy,numpy"], ("'numpy' more than once",)),
     ("arg-nothing-to-compare", ["run", "--backends", "onnxruntime", "--precision", "fp64"],
-     ("nothing to compare: onnxruntime computes in fp32 only", "--precision fp64")),
+     ("nothing to compare: onnxruntime computes in fp32, fp16 only", "--precision fp64")),
     ("arg-export-steps-negative", ["export", "--steps", "-1", "--fixture", "{tmp}/new"], ("--steps", "-1")),
     ("arg-export-steps-zero", ["export", "--steps", "0", "--fixture", "{tmp}/new"], ("--steps", "untrained")),
 ]

@@ -116,9 +116,13 @@ Runner = Callable[[np.ndarray], list[np.ndarray]]
 
 
 def ort_runner(
-    path: Path, optimization: Literal["disable", "basic", "extended", "all"] | None = None
+    path: Path, optimization: Literal["disable", "basic", "extended", "all"] | None = None,
+    model: bytes | None = None,
 ) -> Runner:
-    """An onnxruntime CPU session on one thread; `optimization=None` keeps ORT's default (ORT_ENABLE_ALL)."""
+    """An onnxruntime CPU session on one thread; `optimization=None` keeps ORT's default (ORT_ENABLE_ALL).
+
+    It runs the graph file at `path`, or `model` (a serialized graph made from it: the fp16 conversion),
+    whose errors name `path`."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -134,7 +138,8 @@ def ort_runner(
         }
         options.graph_optimization_level = levels[optimization]
     try:
-        session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model if model is not None else str(path), sess_options=options,
+                                       providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
         raise BackendFailed(f"{path}: onnxruntime cannot load the graph ({_first_line(exc)})") from None
 
