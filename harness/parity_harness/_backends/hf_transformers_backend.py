@@ -1,9 +1,23 @@
 """The `hf-transformers` backend: Hugging Face transformers' `GPT2LMHeadModel`, an implementation nobody here wrote.
 
 The model is built from the fixture's config (`attn_implementation="eager"`, `activation_function=
-"gelu"`, the exact erf GELU; dropout 0; tied embeddings) and given the fixture's weights, upcast to
-float64 for fp64. A sinusoidal fixture's positions are the sinusoid table (parity_reference.model's, computed
-in float64 and rounded once to the dtype) loaded as `wpe`. Nothing is downloaded (HF_HUB_OFFLINE=1).
+"gelu"`, the exact erf GELU; dropout 0; tied embeddings) and given the fixture's weights in the
+precision's dtype: upcast to float64 for fp64, rounded once (to nearest) to float16 / bfloat16 for fp16 /
+bf16. A sinusoidal fixture's positions are the sinusoid table (parity_reference.model's, computed in
+float64 and rounded once to the dtype) loaded as `wpe`. Nothing is downloaded (HF_HUB_OFFLINE=1).
+
+The dtype takes transformers' documented path for a model built from a config,
+`AutoModelForCausalLM.from_config(config, dtype=...)` (transformers 4's `torch_dtype`, deprecated for
+`dtype` since 4.56; the pinned 5.24 warns on `torch_dtype`). For a config it does one thing: it builds
+the model with torch's default dtype set to `dtype` (and records `config.dtype`), so every parameter is
+created in it; no `.to(dtype)` follows, and every floating tensor is checked to be in the dtype after
+the weights are assigned. In fp16 and bf16 (on the CPU) transformers' GPT-2 then computes in that
+dtype. Eager attention takes the softmax of the dtype's scores in the dtype, as the reference does
+(`reorder_and_upcast_attn`, the float32 upcast, is off by default). Two things differ from
+parity_reference/model.py, which rounds every op: the LayerNorms are `nn.LayerNorm`, torch's fused CPU
+kernel, whose mean and variance are not rounded to the dtype, and the GELU is torch's fused `gelu`.
+Taps are widened to float32 arrays (exactly: the reduced precisions' container); `probs` and the logit
+lens are softmaxes of the dtype's logits, in the dtype, so every value is on the dtype's grid.
 
 Taps come from forward hooks on transformers' own modules: embeddings (`wte`, `wpe`), each block's
 input and output, `attn.c_attn` (q, k, v), the attention module's weights (the pattern), the input of
@@ -14,9 +28,10 @@ transformers computes them inside one fused call and never exposes them: every L
 `hook_scale` and `hook_normalized` (nn.LayerNorm), and the pre-softmax attention scores (inside
 `eager_attention_forward`). A causal=false fixture is declined (GPT-2 in transformers is always causal).
 
-The model is built once per `run_cases` call (one fixture, one precision), never per case. What
-transformers says to model authors (its warnings and log records, e.g. about special token ids)
-is kept off the user's terminal (`_quiet`); the config names no special token outside the vocabulary.
+The model is built once per `run_cases` call (one fixture, one precision), never per case; no decoding
+(in any precision). What transformers says to model authors (its warnings and log records, e.g. about
+special token ids) is kept off the user's terminal (`_quiet`); the config names no special token outside
+the vocabulary.
 """
 
 from __future__ import annotations
@@ -86,30 +101,39 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     import torch
 
     from parity_reference.model import sinusoidal_positions
+    from parity_reference.run import torch_dtype
 
     with _quiet():
-        from transformers import GPT2LMHeadModel
+        from transformers import AutoModelForCausalLM
 
-    dtype = torch.float32 if precision == "fp32" else torch.float64
-    # One copy each, in the dtype; each float32 array is popped (freed) as soon as it is converted.
+    dtype = torch_dtype(precision)
+    # One copy each, in the dtype (rounded once, to nearest); each float32 array is popped as soon as converted.
     state = {f"transformer.{k}": torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
     if config.positions == "sinusoidal":
         state["transformer.wpe.weight"] = sinusoidal_positions(config.n_ctx, config.d_model, dtype)  # (n_ctx, d)
+    # transformers' documented path for a model built from a config: from_config(config, dtype=...) (the
+    # `torch_dtype` keyword of transformers 4, deprecated for `dtype` since 4.56) builds the model under
+    # torch's default dtype set to `dtype`, and records it as config.dtype.
     with _quiet(), torch.device("meta"):  # no random initialization of 124M parameters replaced anyway
-        model = GPT2LMHeadModel(hf_config(config))
+        model = cast(Any, AutoModelForCausalLM).from_config(hf_config(config), dtype=dtype)
     model.load_state_dict(state, strict=False, assign=True)
     model.lm_head.weight = model.transformer.wte.weight  # tied embeddings
-    model = cast(Any, model).to(dtype).eval()
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    model = model.eval()
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    left = [n for n, t in tensors if t.is_meta]
     if left:
         raise RuntimeError(f"transformers' GPT-2 has tensors the fixture does not fill: {left[:3]}")
+    other = [f"{n} ({t.dtype})" for n, t in tensors if t.is_floating_point() and t.dtype != dtype]
+    if other:
+        raise RuntimeError(f"transformers' GPT-2 holds tensors outside {dtype}: {other[:3]}")
     return model
 
 
 class HFTransformersBackend(Backend):
     name: ClassVar[str] = "hf-transformers"
-    description: ClassVar[str] = "transformers' GPT2LMHeadModel (eager attention, exact GELU), taps from hooks"
-    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    description: ClassVar[str] = (
+        "transformers' GPT2LMHeadModel (eager attention, exact GELU), taps from hooks; fp16 and bf16 on the CPU")
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
     requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     install_hint: ClassVar[str] = "pip install 'parity-harness[hf]'"
     streams: ClassVar[bool] = True
@@ -163,7 +187,10 @@ class HFTransformersBackend(Backend):
             finally:
                 for h in handles:
                     h.remove()
-            yield case.name, {tap: t.detach().contiguous().numpy().copy() for tap, t in taps.items() if tap in wanted}
+            # fp16 and bf16 taps leave as float32 arrays holding the same values (exact: a widening cast).
+            widen = precision in ("fp16", "bf16")
+            yield case.name, {tap: (t.detach().to(torch.float32) if widen else t.detach()).contiguous().numpy().copy()
+                              for tap, t in taps.items() if tap in wanted}
 
 
 def _hooks(model: Any, taps: dict[str, torch.Tensor], H: int, dh: int) -> list[Any]:
