@@ -6,7 +6,10 @@
   its values float32 arrays on the precision's grid, computed in it (not float32 rounded at the end);
 - its bf16 numbers, put on fp16's grid and declared as fp16, fail both tiers (the fp16 rule tells the
   precisions apart), while the same numbers declared as bf16 pass (the replay is not what fails);
-- it passes a generated gpt2-mini in fp16 and bf16 (`full`: the session's gpt2-mini export is long).
+- it passes a generated gpt2-mini in fp16 and bf16.
+
+Every test is marked `full` (`nox -s full`): importing transformers in a test worker costs ~20 s of the fast
+set, whose full run already runs hf-transformers in fp32 and fp64.
 
 Where transformers is not installed every test skips with the reason; PARITY_REQUIRE_ALL_BACKENDS=1
 (CI) turns those skips into failures (tests/conftest.py).
@@ -27,6 +30,7 @@ from parity_harness._core.precision import unrepresentable
 from parity_harness._fixture.fixture import Fixture, load_fixture
 
 NAME = "hf-transformers"
+pytestmark = pytest.mark.full  # transformers imported in-process: seconds the fast set does not have
 
 
 def _require() -> None:
@@ -108,7 +112,6 @@ def test_hf_bf16_numbers_judged_as_fp16_fail(hf_toy: Report, toy_dir: Path) -> N
     assert api.run(as_bf16, toy_dir, "bf16", decoding=False).passed  # the same numbers, honestly declared
 
 
-@pytest.mark.full  # the session's gpt2-mini export (tests/conftest.py) is long: `nox -s full`
 def test_hf_passes_a_generated_gpt2_mini_in_fp16_and_bf16(gpt2_mini: Path) -> None:
     _require()
     report = api.run(NAME, gpt2_mini, ["fp16", "bf16"], decoding=False)
