@@ -196,6 +196,25 @@ def test_the_page_says_fail_at_the_planted_bugs_tap(page_verdicts: dict[str, dic
     assert f"first divergence at {verdict['tap']}" in verdict["text"]
 
 
+def test_the_webgpu_probe_prints_one_json_line_with_the_flags_it_used(session_tmp: Path) -> None:
+    """`run-browser.mts webgpu` answers on any machine (an adapter or null: not asserted, it depends on the
+    machine), with --enable-unsafe-webgpu unless told not to, and never with --disable-gpu."""
+    answers = {}
+    for extra in ([], ["--no-unsafe-webgpu"]):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TMPDIR", str(session_tmp))
+            code, stdout, stderr = run_in_own_group([find_node(), str(browser.DRIVER), "webgpu", *extra])
+        assert code == 0, stderr
+        [line] = stdout.splitlines()
+        answers[bool(extra)] = json.loads(line)
+    for answer in answers.values():
+        assert {"userAgent", "navigatorGpu", "browserFlags", "console"} <= set(answer), answer
+        assert answer["navigatorGpu"] is False or {"adapter", "fallbackAdapter"} <= set(answer), answer
+        assert "--disable-gpu" not in answer["browserFlags"]
+    assert "--enable-unsafe-webgpu" in answers[False]["browserFlags"]
+    assert "--enable-unsafe-webgpu" not in answers[True]["browserFlags"]
+
+
 def test_serve_answers_only_the_page_and_the_fixture_files(toy_dir: Path, tmp_path: Path) -> None:
     for name in ("index.html", "main.js", "style.css"):
         (tmp_path / name).write_text(name)
