@@ -51,9 +51,10 @@ FLOOR_IMPORTS: dict[str, tuple[str, ...]] = {
     "typescript-browser": (),
     "onnxruntime-web": ("onnx",),
     "onnxruntime-web-optimized": ("onnx",),
+    "onnxruntime-webgpu": ("onnx",),
 }
 NODE_BACKENDS = ("typescript",)
-BROWSER_BACKENDS = ("typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized")
+BROWSER_BACKENDS = ("typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "onnxruntime-webgpu")
 PIP_BACKENDS = ("pytorch", "numpy", "onnx-reference", "onnxruntime", "onnxruntime-optimized", "typescript",
                 "hf-transformers")
 TOY_TARGETS = "targets: every built-in backend within 1.5x its floor, the 7 pip backends within 1.3x"

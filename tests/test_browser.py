@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
-BACKENDS = "typescript-browser,onnxruntime-web"  # onnxruntime-web-optimized: in test_parity_full.py
+BACKENDS = "typescript-browser,onnxruntime-web,onnxruntime-webgpu"  # onnxruntime-web-optimized: in test_parity_full.py
 MUTANTS = ["ts-no-causal-mask", "ts-erf-polynomial"]  # both tiers fail / only the fp64 tier fails
 
 
@@ -114,10 +114,13 @@ def test_browser_backends_pass_on_the_toy_in_one_browser(toy_dir: Path, session_
     assert len(profiles) == 1, f"one Chromium for every browser backend of a run, saw {sorted(profiles)}"
     report = json.loads(out.read_text())
     ran = {(r["backend"], r["precision"]) for r in report["runs"] if r["status"] == "ran"}
-    assert ran == {("typescript-browser", "fp64"), ("onnxruntime-web", "fp32")}
+    assert ran == {("typescript-browser", "fp64"), ("onnxruntime-web", "fp32"), ("onnxruntime-webgpu", "fp32")}
     checked = {(r["backend"], r["golden"]) for r in report["results"] if r["passed"] is True}
     assert ("typescript-browser", "fp64") in checked and ("typescript-browser", "fp32") in checked
-    assert proc.stderr.count("WebGPU not supported") == 1
+    assert ("onnxruntime-webgpu", "fp32") in checked
+    # WebGPU ran on an adapter (which one depends on the machine), the position table on the CPU provider.
+    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("parity: onnxruntime-webgpu: WebGPU adapter ")]
+    assert len(notes) == 1 and "the 18 nodes of the float64 position table" in notes[0], proc.stderr
 
 
 def test_a_run_in_this_process_closes_its_browser_session_when_it_ends(toy_dir: Path, session_tmp: Path,
@@ -191,6 +194,25 @@ def test_the_page_says_fail_at_the_planted_bugs_tap(page_verdicts: dict[str, dic
     assert verdict["verdict"] == "FAIL", verdict
     assert verdict["tap"] == by_name(["ts-no-causal-mask"])[0].expected_tap
     assert f"first divergence at {verdict['tap']}" in verdict["text"]
+
+
+def test_the_webgpu_probe_prints_one_json_line_with_the_flags_it_used(session_tmp: Path) -> None:
+    """`run-browser.mts webgpu` answers on any machine (an adapter or null: not asserted, it depends on the
+    machine), with --enable-unsafe-webgpu unless told not to, and never with --disable-gpu."""
+    answers = {}
+    for extra in ([], ["--no-unsafe-webgpu"]):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TMPDIR", str(session_tmp))
+            code, stdout, stderr = run_in_own_group([find_node(), str(browser.DRIVER), "webgpu", *extra])
+        assert code == 0, stderr
+        [line] = stdout.splitlines()
+        answers[bool(extra)] = json.loads(line)
+    for answer in answers.values():
+        assert {"userAgent", "navigatorGpu", "browserFlags", "console"} <= set(answer), answer
+        assert answer["navigatorGpu"] is False or {"adapter", "fallbackAdapter"} <= set(answer), answer
+        assert "--disable-gpu" not in answer["browserFlags"]
+    assert "--enable-unsafe-webgpu" in answers[False]["browserFlags"]
+    assert "--enable-unsafe-webgpu" not in answers[True]["browserFlags"]
 
 
 def test_serve_answers_only_the_page_and_the_fixture_files(toy_dir: Path, tmp_path: Path) -> None:

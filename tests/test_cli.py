@@ -164,7 +164,8 @@ def test_a_backend_that_cannot_run_is_skipped_and_said_or_an_error_with_no_skip(
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "parity: skipped: backend 'typescript' needs" in proc.stdout
     # Every backend that runs Node is skipped: typescript and the browser backends (docs/browser.md).
-    node_backends = {"typescript", "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized"}
+    node_backends = {"typescript", "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized",
+                     "onnxruntime-webgpu"}
     n = len(node_backends)
     assert proc.stdout.splitlines()[-1].endswith(f"{n} registered backend(s) skipped (missing dependencies)")
     report = json.loads(out.read_text())

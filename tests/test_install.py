@@ -60,7 +60,7 @@ def test_the_wheel_holds_the_typescript_model_and_the_fixtures(unpacked_wheel: P
     assert {p.name for p in stress.iterdir()} == {p.name for p in (REPO / "fixtures" / "toy-stress").iterdir()}
 
 
-BROWSER_BACKENDS = {"typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized"}
+BROWSER_BACKENDS = {"typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "onnxruntime-webgpu"}
 
 
 def test_parity_run_from_an_empty_directory_runs_every_builtin_backend(unpacked_wheel: Path, tmp_path: Path) -> None:

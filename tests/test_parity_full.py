@@ -25,6 +25,7 @@ BUILTIN_PRECISIONS = {
     "typescript-browser": {"fp64"},
     "onnxruntime-web": {"fp32"},
     "onnxruntime-web-optimized": {"fp32"},
+    "onnxruntime-webgpu": {"fp32"},
     "hf-transformers": {"fp32", "fp64"},
     "openvino": {"fp32"},
     "transformerlens": {"fp32", "fp64"},

@@ -32,8 +32,8 @@ from tests.conftest import REPO, TOY, cli_with_backends
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 BUILT_INS = ["numpy", "pytorch", "onnxruntime", "onnxruntime-optimized", "onnx-reference", "typescript",
-             "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "hf-transformers", "openvino",
-             "transformerlens", "torch-compile"]
+             "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "onnxruntime-webgpu",
+             "hf-transformers", "openvino", "transformerlens", "torch-compile"]
 
 
 class Perfect(Backend):

@@ -93,6 +93,10 @@ const QUIET_FLAGS = [
   "--mute-audio",
 ];
 
+// WebGPU on a machine without a GPU: Chromium offers its SwiftShader (Vulkan on the CPU) adapter to
+// WebGPU only with this flag; without it navigator.gpu.requestAdapter() returns null (docs/browser.md, "WebGPU").
+const WEBGPU_FLAG = "--enable-unsafe-webgpu";
+
 interface Executable {
   readonly path: string;
   readonly args: readonly string[]; // the flags this browser needs (headless mode, sandbox, ...)
@@ -110,7 +114,7 @@ function systemChrome(path: string): Executable {
   } catch {
     throw new BrowserTrouble(`PARITY_CHROME=${path} is not an executable file`);
   }
-  return { path, args: ["--headless", "--disable-gpu", ...(isRoot() ? ["--no-sandbox"] : [])], env: {} };
+  return { path, args: ["--headless", "--disable-gpu", WEBGPU_FLAG, ...(isRoot() ? ["--no-sandbox"] : [])], env: {} };
 }
 
 /** The Chromium of @sparticuz/chromium, unpacked once into node_modules/.cache/parity/. */
@@ -148,10 +152,16 @@ async function packagedChromium(): Promise<Executable> {
     }
   }
   // chromium.args: the package's flags (headless shell, no sandbox, single process, SwiftShader).
-  return { path: join(dir, "chromium"), args: chromium.args, env: { FONTCONFIG_FILE: join(dir, "fonts.conf") } };
+  return { path: join(dir, "chromium"), args: [...chromium.args, WEBGPU_FLAG], env: { FONTCONFIG_FILE: join(dir, "fonts.conf") } };
 }
 
 const live = new Set<ChildProcess>(); // browsers started and not yet stopped
+let lastArgs: readonly string[] = []; // the flags of the last browser started (before the quiet ones)
+
+/** The flags the last `Chrome.launch` started the browser with, before QUIET_FLAGS and the profile's. */
+export function lastLaunchFlags(): readonly string[] {
+  return lastArgs;
+}
 
 /** Kill every browser this process started (on a signal, or when the harness that ran us is gone). */
 export function killAll(): void {
@@ -208,9 +218,12 @@ export class Chrome {
     return this;
   }
 
-  /** Start Chrome (see the module comment) and connect to it, within the deadline. */
-  static async launch(deadline: Deadline): Promise<Chrome> {
-    const exe = await deadline.within(findBrowser(), "unpacking the browser");
+  /** Start Chrome (see the module comment) and connect to it, within the deadline. `flags`: the WebGPU
+   * probe's (run-browser.mts webgpu): flags to leave out of the usual ones, and more flags. */
+  static async launch(deadline: Deadline, flags: { drop?: readonly string[]; extra?: readonly string[] } = {}): Promise<Chrome> {
+    const found = await deadline.within(findBrowser(), "unpacking the browser");
+    const exe = { ...found, args: [...found.args.filter((a) => !(flags.drop ?? []).includes(a)), ...(flags.extra ?? [])] };
+    lastArgs = exe.args;
     // PARITY_BROWSER_TAG goes into the profile's name: the test suite finds leftover browsers by it.
     const tag = (process.env["PARITY_BROWSER_TAG"] ?? "").replace(/[^A-Za-z0-9_-]/g, "");
     const profile = mkdtempSync(join(tmpdir(), `parity-chrome-${tag ? `${tag}-` : ""}`));

@@ -1,16 +1,20 @@
 // parity's browser driver: run the model, or onnxruntime-web, or the learners' page in headless Chrome.
 //
 //   node ts_model/browser/run-browser.mts typescript FIXTURE_DIR OUT.safetensors
-//   node ts_model/browser/run-browser.mts onnxruntime-web FIXTURE_DIR OUT.safetensors all_taps|logits disabled|basic|extended|all
+//   node ts_model/browser/run-browser.mts onnxruntime-web FIXTURE_DIR OUT.safetensors all_taps|logits disabled|basic|extended|all [wasm|webgpu [GRAPH_FILE [CPU_NODES]]]
 //   node ts_model/browser/run-browser.mts page URL [URL ...] [--screenshot OUT.png]
 //   node ts_model/browser/run-browser.mts build OUT_DIR
 //   node ts_model/browser/run-browser.mts session
 //   node ts_model/browser/run-browser.mts launch
+//   node ts_model/browser/run-browser.mts webgpu [--no-unsafe-webgpu] [CHROME_FLAG ...]
 //
 // `typescript` bundles page-model.ts (model/model.ts from PARITY_TS_DIR or ts_model/) with esbuild,
 // serves it and the fixture's files from 127.0.0.1 (an ephemeral port), runs every case in the page
 // and writes every tap, float64, to OUT (the format of ts_model/node/run.ts). `onnxruntime-web` does the
-// same with one ONNX graph on onnxruntime-web's WebAssembly backend (float32 graph outputs).
+// same with one ONNX graph on onnxruntime-web's WebAssembly backend (float32 graph outputs), or on
+// its WebGPU backend (argument `webgpu`: onnxruntime-web's WebGPU execution provider). GRAPH_FILE, if
+// given, is the ONNX file run instead of the manifest's (served as /graph.onnx; the harness's float32 rewrite);
+// CPU_NODES, comma-separated node names the WebGPU provider must leave to the CPU (its forceCpuNodeNames).
 // `page` opens each URL of the learners' page (`parity serve`), waits for its verdict and prints one
 // JSON line per URL: {"url", "verdict", "tap", "text"}. `build` writes the learners' page bundle.
 // `session` serves many runs with one Chrome (one per `parity run`, for every browser backend): it
@@ -20,6 +24,10 @@
 // each request has its own PARITY_BROWSER_TIMEOUT deadline and page, a failed request closes Chrome
 // (the next one starts another), and the end of stdin closes Chrome and ends the session.
 // `launch` starts Chrome, opens a blank page and closes it: one browser start (benchmarks/bench.py's floor).
+// `webgpu` starts the same Chrome, but without --disable-gpu (PARITY_CHROME's flag: a real GPU may show),
+// without --enable-unsafe-webgpu if asked, plus CHROME_FLAGs; it opens a page on 127.0.0.1 (WebGPU
+// needs a secure context) and prints one JSON line: what navigator.gpu.requestAdapter() gives, with and
+// without forceFallbackAdapter, and the flags the browser had (docs/browser.md, "WebGPU").
 //
 // Browser: PARITY_CHROME, else @sparticuz/chromium (chrome.mts). Time: PARITY_BROWSER_TIMEOUT
 // seconds for the whole run (default 120). Any trouble (no browser, a crash, a timeout, an error
@@ -30,20 +38,28 @@ import { basename, dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 
 import { BROWSER_DIR, REPO_TS_DIR, bundle, packageDir } from "./bundle.mts";
-import { BrowserTrouble, Chrome, Deadline, killAll, oneLine } from "./chrome.mts";
+import { BrowserTrouble, Chrome, Deadline, killAll, lastLaunchFlags, oneLine } from "./chrome.mts";
 import { contentType, serve } from "./serve.mts";
 import type { Resource, StaticServer } from "./serve.mts";
 import type { Page } from "puppeteer-core";
 
 const USAGE =
-  "usage: run-browser.mts typescript FIXTURE_DIR OUT | onnxruntime-web FIXTURE_DIR OUT GRAPH OPTIMIZATION | " +
-  "page URL... [--screenshot PNG] | build OUT_DIR | session | launch";
+  "usage: run-browser.mts typescript FIXTURE_DIR OUT | onnxruntime-web FIXTURE_DIR OUT GRAPH OPTIMIZATION [wasm|webgpu [GRAPH_FILE [CPU_NODES]]] | " +
+  "page URL... [--screenshot PNG] | build OUT_DIR | session | launch | webgpu [--no-unsafe-webgpu] [CHROME_FLAG...]";
 const WEB_DIR = join(REPO_TS_DIR, "web");
 const PAGE_HTML =
   '<!doctype html>\n<meta charset="utf-8">\n<link rel="icon" href="data:,">\n<title>parity browser backend</title>\n' +
   '<script type="module" src="/page.js"></script>\n';
-// The onnxruntime-web files the page loads: the WebAssembly-only ES module, its glue, the binary.
-const ORT_FILES = ["ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"];
+// The onnxruntime-web files the page loads: the WebAssembly-only ES module, its glue, the binary;
+// and the WebGPU build's module, its glue and binary (the WebGPU execution provider; read only if asked for).
+const ORT_FILES = [
+  "ort.wasm.min.mjs",
+  "ort-wasm-simd-threaded.mjs",
+  "ort-wasm-simd-threaded.wasm",
+  "ort.webgpu.min.mjs",
+  "ort-wasm-simd-threaded.asyncify.mjs",
+  "ort-wasm-simd-threaded.asyncify.wasm",
+];
 
 class UsageError extends Error {}
 
@@ -146,23 +162,31 @@ async function runTypescript(argv: readonly string[], source: ChromeSource = ONE
 }
 
 async function runOrt(argv: readonly string[], source: ChromeSource = ONE_SHOT): Promise<void> {
-  if (argv.length !== 4) throw new UsageError(USAGE);
-  const [fixtureDir, out, graph, optimization] = argv as [string, string, string, string];
+  if (argv.length < 4 || argv.length > 7) throw new UsageError(USAGE);
+  const [fixtureDir, out, graph, optimization, ep = "wasm", graphFile = "", cpuNodes = ""] = argv as [string, string, string, string, string?, string?, string?];
   if (graph !== "all_taps" && graph !== "logits") throw new UsageError(`GRAPH must be all_taps or logits, not ${graph}`);
   if (!["disabled", "basic", "extended", "all"].includes(optimization)) {
     throw new UsageError(`OPTIMIZATION must be disabled, basic, extended or all, not ${optimization}`);
   }
-  const bytes = await runInPage(join(BROWSER_DIR, "page-ort.ts"), ortResources(), fixtureDir, async (chrome, page) => {
+  if (ep !== "wasm" && ep !== "webgpu") throw new UsageError(`the execution provider must be wasm or webgpu, not ${ep}`);
+  const extra = ortResources();
+  if (graphFile) extra.set("/graph.onnx", { type: contentType(".onnx"), body: () => readFileSync(graphFile) });
+  const bytes = await runInPage(join(BROWSER_DIR, "page-ort.ts"), extra, fixtureDir, async (chrome, page) => {
     await waitForGlobal(chrome, page, "parityRunOrt");
     return chrome.within(
       page.evaluate(
-        (base: string, g: string, o: string) =>
-          (globalThis as unknown as Record<string, (b: string, g: string, o: string) => Promise<string>>)["parityRunOrt"]!(base, g, o),
+        (base: string, g: string, o: string, e: string, u: string, c: string) =>
+          (globalThis as unknown as Record<string, (b: string, g: string, o: string, e: string, u: string, c: string) => Promise<string>>)[
+            "parityRunOrt"
+          ]!(base, g, o, e, u, c),
         "/fixture/",
         graph,
         optimization,
+        ep,
+        graphFile ? "/graph.onnx" : "",
+        cpuNodes,
       ),
-      `running ${graph} on onnxruntime-web`,
+      `running ${graph} on onnxruntime-web (${ep})`,
     );
   }, source);
   writeFileSync(out, bytes);
@@ -179,6 +203,51 @@ async function launchOnly(argv: readonly string[]): Promise<void> {
     await chrome.close();
   }
 }
+
+/** The WebGPU probe: this browser's adapters, as one JSON line on stdout (see the header). */
+async function probeWebgpu(argv: readonly string[]): Promise<void> {
+  const drop = ["--disable-gpu", ...(argv.includes("--no-unsafe-webgpu") ? ["--enable-unsafe-webgpu"] : [])];
+  const extra = argv.filter((a) => a !== "--no-unsafe-webgpu");
+  if (extra.some((a) => !a.startsWith("--"))) throw new UsageError(USAGE);
+  const deadline = new Deadline();
+  const server = await deadline.within(serve(new Map([["/", { type: contentType(".html"), body: () => PROBE_HTML }]])), "starting the local server");
+  const chrome = await Chrome.launch(deadline, { drop, extra });
+  try {
+    const page = await chrome.newPage();
+    const warnings: string[] = [];
+    page.on("console", (msg) => void warnings.push(oneLine(msg.text())));
+    await chrome.within(page.goto(`${server.origin}/`, { timeout: 0, waitUntil: "load" }), "loading the page");
+    const result = await chrome.within(
+      page.evaluate(async () => {
+        type Adapter = { features: Set<string>; info?: Record<string, unknown>; limits: Record<string, number> };
+        const gpu = (navigator as unknown as { gpu?: { requestAdapter(o?: object): Promise<Adapter | null> } }).gpu;
+        const out: Record<string, unknown> = { userAgent: navigator.userAgent, navigatorGpu: gpu !== undefined };
+        if (gpu === undefined) return out;
+        for (const [key, options] of [["adapter", {}], ["fallbackAdapter", { forceFallbackAdapter: true }]] as const) {
+          const adapter = await Promise.race([gpu.requestAdapter(options), new Promise<"timeout">((r) => setTimeout(() => r("timeout"), 10000))]);
+          if (adapter === null || adapter === "timeout") {
+            out[key] = adapter;
+            continue;
+          }
+          const info = adapter.info ?? {};
+          out[key] = {
+            vendor: info["vendor"], architecture: info["architecture"], device: info["device"], description: info["description"],
+            isFallbackAdapter: info["isFallbackAdapter"], shaderF16: adapter.features.has("shader-f16"),
+            features: [...adapter.features].sort(), maxBufferSize: adapter.limits["maxBufferSize"],
+          };
+        }
+        return out;
+      }),
+      "asking for a WebGPU adapter",
+    );
+    process.stdout.write(`${JSON.stringify({ ...result, browserFlags: lastLaunchFlags(), console: warnings })}\n`);
+  } finally {
+    await chrome.close();
+    await server.close();
+  }
+}
+
+const PROBE_HTML = '<!doctype html>\n<meta charset="utf-8">\n<link rel="icon" href="data:,">\n<title>parity WebGPU probe</title>\n';
 
 /** Many runs, one Chrome: requests on stdin, one answer per line on stdout (see the header). */
 async function session(argv: readonly string[]): Promise<void> {
@@ -280,6 +349,7 @@ async function main(argv: readonly string[]): Promise<void> {
   if (mode === "build") return build(rest);
   if (mode === "session") return session(rest);
   if (mode === "launch") return launchOnly(rest);
+  if (mode === "webgpu") return probeWebgpu(rest);
   throw new UsageError(USAGE);
 }
 

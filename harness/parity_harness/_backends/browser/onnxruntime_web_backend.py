@@ -3,8 +3,7 @@
 onnxruntime-web's WebAssembly backend, one thread, at its default graph optimization level
 ('all', which cannot fuse away a node whose output is a graph output), in the same browser as
 `typescript-browser` (parity_harness/_backends/browser/driver.py, docs/browser.md). Every tap, as `onnxruntime` declares
-them; float32 only. WebGPU: where the headless browser has no adapter (here: none) it is "not
-supported", said once per process; parity checks the WebAssembly backend.
+them; float32 only. onnxruntime-web's WebGPU provider is the `onnxruntime-webgpu` backend.
 """
 
 from __future__ import annotations
