@@ -155,17 +155,17 @@ def full_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
     Made once per pytest session, shared by every test that reads it, across xdist workers too (the first
     to need it runs it under a lock in the session's shared temporary directory; the others read its
-    result). The toy's is in the fast set (`nox -s tests` runs every built-in backend); the stress
-    fixture's is marked full.
+    result). The toy's is in the fast set (`nox -s tests` runs every built-in backend the default `parity run`
+    runs); the stress fixture's is marked full and also runs those that run only when named.
     """
-    from tests.test_parity_full import BUILTIN_PRECISIONS
+    from tests.test_parity_full import full_run_backends
 
     fixture = REPO / "fixtures" / request.param
     shared = _session_dir(tmp_path_factory)
     out, done = shared / f"full-run-{request.param}.json", shared / f"full-run-{request.param}.process.json"
     with _once_across_workers(shared / f"full-run-{request.param}.lock"):
         if not done.exists():
-            names = ",".join(sorted(BUILTIN_PRECISIONS))
+            names = ",".join(sorted(full_run_backends(request.param)))
             proc = run_cli("run", "--fixture", str(fixture), "--backends", names, "--json", str(out), "-q")
             done.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout,
                                         "stderr": proc.stderr}))

@@ -31,6 +31,18 @@ BUILTIN_PRECISIONS = {
     "transformerlens": {"fp32", "fp64"},
     "torch-compile": {"fp32", "fp64"},
 }
+# Built-in backends that run only when named (`by_default = False`, the default `parity run` leaves them out):
+# the toy's full run (the fast set's) leaves them out too; the stress fixture's (full set) and
+# tests/test_browser.py run them.
+NAMED_ONLY = {"onnxruntime-webgpu"}
+
+
+def full_run_backends(fixture_name: str) -> dict[str, set[str]]:
+    """What the full run of a committed fixture runs: every built-in backend and precision, but on the toy
+    only those the default `parity run` runs."""
+    return {b: ps for b, ps in BUILTIN_PRECISIONS.items() if fixture_name != "toy" or b not in NAMED_ONLY}
+
+
 # Taps transformers' GPT-2 computes inside a fused call, never exposed
 # (parity_harness/_backends/hf_transformers_backend.py).
 HF_UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized",
@@ -47,6 +59,15 @@ def test_every_builtin_backend_is_registered_and_listed_here() -> None:
     assert builtin_backends() == set(BUILTIN_PRECISIONS)
 
 
+def test_the_default_selection_leaves_out_exactly_the_backends_run_only_when_named() -> None:
+    from parity_harness._cli.main import select_backends
+
+    selection = select_backends(None)
+    assert set(selection.named_only) == NAMED_ONLY
+    assert not NAMED_ONLY & {b.name for b in selection.chosen}
+    assert {b.name for b in select_backends(sorted(NAMED_ONLY)).chosen} == NAMED_ONLY  # named: they run
+
+
 # full_run (tests/conftest.py): one run of every built-in backend per committed fixture, shared.
 
 
@@ -56,11 +77,12 @@ def test_full_parity_run_every_builtin_backend_agrees(full_run: tuple[Path, subp
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert report["passed"] is True
     ran = {(r["backend"], r["precision"]) for r in report["runs"] if r["status"] == "ran"}
-    assert ran == {(b, p) for b, ps in BUILTIN_PRECISIONS.items() for p in ps}
+    expected = full_run_backends(toy_dir.name)
+    assert ran == {(b, p) for b, ps in expected.items() for p in ps}
     # Every backend compared every tap it supports in every case, in each of its tiers.
     manifest = json.loads((toy_dir / "manifest.json").read_text())
     n_cases = len(manifest["cases"])
-    for backend, precisions in BUILTIN_PRECISIONS.items():
+    for backend, precisions in expected.items():
         rows = [r for r in report["results"] if r["backend"] == backend and r["status"] == "ok"]
         tiers = {(r["precision"], r["golden"]) for r in rows}
         expected_tiers = {("fp32", "fp32")} if "fp32" in precisions else set()
@@ -109,7 +131,7 @@ def test_full_parity_run_decodes_incrementally_like_the_full_forward(
     assert {(r["backend"], r["precision"]) for r in decoding["runs"]} == {
         (b, p) for b, ps in BUILTIN_PRECISIONS.items() if b in DECODING_BACKENDS for p in ps
     }
-    assert sorted(decoding["not_supported"]) == sorted(set(BUILTIN_PRECISIONS) - DECODING_BACKENDS)
+    assert sorted(decoding["not_supported"]) == sorted(set(full_run_backends(toy_dir.name)) - DECODING_BACKENDS)
     n_tiers = sum(1 if p == "fp32" else 2 for b, ps in BUILTIN_PRECISIONS.items() if b in DECODING_BACKENDS
                   for p in ps)
     per_tier = len(manifest["prompts"]) * (manifest["steps"] + 1) * len(manifest["taps"])

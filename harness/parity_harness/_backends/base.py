@@ -89,6 +89,9 @@ class Backend:
     # weights.safetensors. `parity check-backend` then asks it to reject a fixture without the graph instead of
     # a broken weights file (the harness checks weights.safetensors itself before any backend runs).
     runs_graph: ClassVar[bool] = False
+    # False: `parity run` without --backends does not run it (said in one line); it runs when named. For a backend
+    # far slower than the rest (a software GPU), so the default run stays a gate of seconds.
+    by_default: ClassVar[bool] = True
 
     def missing_dependencies(self) -> list[str]:
         """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""

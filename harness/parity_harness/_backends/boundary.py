@@ -20,7 +20,7 @@ The rules of the contract (docs/adding-a-backend.md states them for authors):
 
 - declarations: `name` is the name it is registered under; `precisions` a non-empty subset of
   fp32/fp64/fp16/bf16 without repeats; `requires` module names; `description` and `install_hint` strings;
-  `runs_graph` a bool. They are
+  `runs_graph` and `by_default` bools. They are
   read once, when the wrapper is made, and the wrapper keeps its own copy.
 - `missing_dependencies()` returns a list of strings; `declines(fixture)` a reason (str) or None;
   `supported_taps(fixture)` a non-empty list of the fixture's taps without repeats;
@@ -97,6 +97,7 @@ class Declarations(NamedTuple):
     description: str
     install_hint: str
     runs_graph: bool = False  # it computes from the fixture's ONNX graph, not weights.safetensors
+    by_default: bool = True  # `parity run` without --backends runs it
 
 
 def read_declarations(backend: Backend, name: str) -> Declarations:
@@ -129,8 +130,12 @@ def read_declarations(backend: Backend, name: str) -> Declarations:
     if type(runs_graph) is not bool:
         raise BackendMisbehaved(f"backend {name!r}: runs_graph must be True or False, got "
                                 f"{one_line(repr(runs_graph))[:80]}")
+    by_default = getattr(backend, "by_default", True)
+    if type(by_default) is not bool:
+        raise BackendMisbehaved(f"backend {name!r}: by_default must be True or False, got "
+                                f"{one_line(repr(by_default))[:80]}")
     return Declarations(str(declared), tuple(precisions), tuple(str(m) for m in requires),  # type: ignore[arg-type]
-                        str(description), str(install_hint), runs_graph)
+                        str(description), str(install_hint), runs_graph, by_default)
 
 
 def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
@@ -281,6 +286,7 @@ class GuardedBackend:
         self.description = declared.description
         self.install_hint = declared.install_hint
         self.runs_graph = declared.runs_graph
+        self.by_default = declared.by_default
         self.entry: ForwardEntry = forward_entry(type(backend))
 
     @classmethod

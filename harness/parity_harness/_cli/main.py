@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, NamedTuple, NoReturn, cast
 
 from parity_harness._backends.base import PRECISIONS, Precision
 from parity_harness._backends.boundary import GuardedBackend
@@ -65,18 +65,31 @@ def _precision_list(text: str) -> str:
     return text
 
 
-def select_backends(names: list[str] | None) -> tuple[list[GuardedBackend], list[str]]:
-    """Backends to run, and one line per registered backend skipped for missing dependencies.
+class Selection(NamedTuple):
+    """The backends a command runs, and what the default selection left out (one line each)."""
+
+    chosen: list[GuardedBackend]
+    skipped: list[str]  # registered, dependencies missing (an error under --no-skip)
+    named_only: list[str]  # registered with `by_default = False`: run only when named
+
+
+def select_backends(names: list[str] | None) -> Selection:
+    """Backends to run, one line per registered backend skipped for missing dependencies, and the names of
+    those that run only when named.
 
     Asked for by name, a backend with missing dependencies is an error (exit 2) with the
-    install hint; by default (every registered backend) it is skipped and reported.
+    install hint; by default (every registered backend whose `by_default` is True) it is skipped and reported.
     """
     chosen: list[GuardedBackend] = []
     skipped: list[str] = []
+    named_only: list[str] = []
     # By default the reference runs first, then the others by name.
     default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
     for name in names if names is not None else default:
         backend = load_backend(name)
+        if names is None and not backend.by_default:
+            named_only.append(name)
+            continue
         why = backend.unavailable()
         if why:
             if names is not None:
@@ -84,7 +97,7 @@ def select_backends(names: list[str] | None) -> tuple[list[GuardedBackend], list
             skipped.append(why)
             continue
         chosen.append(backend)
-    return chosen, skipped
+    return Selection(chosen, skipped, named_only)
 
 
 def _nothing_to_compare(backends: list[GuardedBackend], precisions: list[Precision]) -> str | None:
@@ -112,7 +125,7 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
 
         check_plot_path(Path(args.plot))
         require_matplotlib()  # before spending time on backends
-    backends, skipped = select_backends(names)
+    backends, skipped, named_only = select_backends(names)
     if not backends:
         raise BackendUnavailable(f"no backend can run: {skipped[0] if skipped else 'none is registered'}")
     nothing = _nothing_to_compare(backends, _precisions(args.precision))
@@ -127,6 +140,8 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
         check_writable(Path(args.save_outputs))
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"backends: {', '.join(b.name for b in backends) or 'none'}")
+    if named_only:
+        print(f"parity: run only when named (--backends): {', '.join(named_only)}")
     for line in skipped:
         print(f"parity: skipped: {line}")
     if skipped and args.no_skip:
@@ -268,7 +283,7 @@ def cmd_lens(args: argparse.Namespace) -> int:
     check_output_paths({"--plot": args.plot}, input_dirs={args.fixture: "the fixture directory"})
     fixture = load_fixture(args.fixture)
     names = _parse_backends(args.backends)
-    backends, skipped = select_backends(names)
+    backends, skipped, _ = select_backends(names)
     for line in skipped:
         print(f"parity: skipped: {line}", file=sys.stderr)
     return for_verdict(run_lens(fixture, args.case, backends, Path(args.plot) if args.plot is not None else None,
@@ -279,7 +294,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     from parity_harness._tools.attribute import run_attribute
 
     fixture = load_fixture(args.fixture)
-    backends, _ = select_backends(_parse_backends(args.backend))
+    backends, _, _ = select_backends(_parse_backends(args.backend))
     return for_verdict(run_attribute(fixture, backends[0], cast(Precision, args.precision), args.target, sys.stdout))
 
 
@@ -287,7 +302,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from parity_harness._tools.diff import print_diff, run_diff
 
     fixture = load_fixture(args.fixture)
-    backends, _ = select_backends(_parse_backends(f"{args.a},{args.b}"))
+    backends, _, _ = select_backends(_parse_backends(f"{args.a},{args.b}"))
     fixture.check_before_running()
     diff, notes = run_diff(fixture, (backends[0], backends[1]), cast(Precision, args.precision),
                            progress=None if args.quiet else _progress)
@@ -319,10 +334,13 @@ def cmd_backends(args: argparse.Namespace) -> int:
             broken.append(name)
             continue
         status = "available" if not missing else f"missing {', '.join(missing)} ({backend.install_hint})"
+        if not backend.by_default:
+            status += ", runs only when named"
         rows.append((name, ",".join(backend.precisions), f"{status}  {backend.description}".rstrip()))
     width = max(len(r[0]) for r in rows) if rows else 10
+    precisions_width = max(len(r[1]) for r in rows) if rows else 9
     for name, precisions, status in rows:
-        print(f"{name:<{width}}  {precisions:<9}  {status}")
+        print(f"{name:<{width}}  {precisions:<{precisions_width}}  {status}")
     if broken:
         raise ParityError(f"{len(broken)} registered backend(s) broken: {', '.join(broken)} (see above)")
     return AGREE
@@ -422,7 +440,7 @@ def cmd_check_backend(args: argparse.Namespace) -> int:
     from parity_harness._tools.conformance import check_backend
 
     fixture = load_fixture(args.fixture)
-    backends, _ = select_backends([args.name])
+    backends, _, _ = select_backends([args.name])
     results = check_backend(backends[0], fixture)
     for r in results:
         print(f"check-backend {args.name}: {'OK  ' if r.passed else 'FAIL'}  {r.name}"
@@ -490,7 +508,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from parity_harness._tools.generate import run_generate
 
     fixture = load_fixture(args.fixture)
-    backends, skipped = select_backends(_parse_backends(args.backends))
+    backends, skipped, _ = select_backends(_parse_backends(args.backends))
     for line in skipped:
         print(f"parity: skipped: {line}", file=sys.stderr)
     verdict = run_generate(fixture, args.prompt, args.steps, backends, _precisions(args.precision), sys.stdout)

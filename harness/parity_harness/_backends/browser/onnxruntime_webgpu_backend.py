@@ -14,6 +14,10 @@ Casts to double, the double initializers, the recorded types); nothing else chan
 the openvino backend does to the same nodes on its own; the fp32 tier measures the difference
 (docs/browser.md). The nodes that have no WebGPU kernel run on onnxruntime's CPU provider; the
 page reports them and the first run in a process names them once on stderr.
+
+It runs only when named (`by_default = False`): on SwiftShader, a GPU emulated on the CPU, the toy's 12
+cases take 12-25 s (shaders compiled per sequence length) where the WebAssembly backend takes 1 s, and the
+default `parity run` is a gate of seconds. `parity run --backends onnxruntime-webgpu` runs it.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class OnnxRuntimeWebGpuBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("onnx",)  # to check the graph's weights and rewrite its float64 part
     install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity-harness[onnx]'"
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
+    by_default: ClassVar[bool] = False  # SwiftShader takes 12-25 s on the toy: run when named
 
     def declines(self, fixture: Fixture) -> str | None:
         return browser.declines_big(fixture)
