@@ -153,6 +153,19 @@ def test_reduced_mutants_are_caught_in_fp16_at_their_tap(fixture: Fixture, probe
         ("probs", "tolerance"), ("blocks.0.ln1.hook_scale", "overflow"), ("blocks.0.mlp.hook_post", "precision")]
 
 
+def test_the_probe_fixture_is_seeded_with_its_outliers(probe: Fixture, tmp_path: Path) -> None:
+    """Made on demand, so it must be the same fixture every time: the same hashes, +-200 on wpe's dims 0 and 1."""
+    from parity_harness._authoring.presets import PROBE_OUTLIER, make_probe_fixture
+
+    again = tmp_path / "again"
+    make_probe_fixture(again)
+    assert load_fixture(again).manifest["sha256"] == probe.manifest["sha256"]
+    wpe = probe.weights()["wpe.weight"]  # (n_ctx, d)
+    assert probe.config.vocab_size == 4096 and probe.config.positions == "learned"
+    assert abs(wpe[:, 0].mean() - PROBE_OUTLIER) < 0.1 and abs(wpe[:, 1].mean() + PROBE_OUTLIER) < 0.1
+    assert abs(wpe[:, 2:]).max() < 0.2
+
+
 def test_the_bf16_gelu_is_seen_by_the_grid_check_alone(fixture: Fixture, probe: Fixture,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the judge's coarser-grid check, the bf16 GELU passes c = 32: the check is what catches it."""
