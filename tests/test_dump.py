@@ -108,6 +108,22 @@ def test_nan_in_a_dump_fails_like_nan_from_a_live_backend(
     assert "NaN in the candidate at [0, 5]" in proc.stdout
 
 
+def test_an_fp32_dump_on_fp16_grid_is_named_by_the_grid_check(
+    numpy_dumps: tuple[Path, subprocess.CompletedProcess[str], dict], tmp_path: Path  # type: ignore[type-arg]
+) -> None:
+    """One tap of one case rounded to fp16: the judge names fp16's grid, not only the tolerance."""
+    src = numpy_dumps[0] / "numpy.fp32.safetensors"
+    tensors, _ = read_dump(src)
+    key = "longest_context/blocks.0.mlp.hook_post"
+    tensors[key] = tensors[key].astype(np.float16).astype(np.float32)
+    proc = run_cli("compare", str(rewrite(src, tmp_path / "fp16.safetensors", tensors)), "--json",
+                   str(tmp_path / "c.json"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failing = [r for r in json.loads((tmp_path / "c.json").read_text())["results"] if r["status"] == "fail"]
+    assert [(r["case"], r["tap"]) for r in failing] == [("longest_context", "blocks.0.mlp.hook_post")]
+    assert "(fp16's grid) where fp32 was declared: computed in fp16" in failing[0]["message"]
+
+
 def test_a_dump_made_for_another_fixture_exits_2(
     numpy_dumps: tuple[Path, subprocess.CompletedProcess[str], dict], fixture_copy: Path  # type: ignore[type-arg]
 ) -> None:

@@ -170,12 +170,13 @@ def test_pytorch_and_numpy_pass_in_reduced_precision_and_fp32_is_unchanged(toy_d
 
 
 def test_bf16_numbers_declared_fp16_are_caught(toy_dir: Path) -> None:
-    """bf16 values are on fp16's grid (|x| small), so only the tolerance can tell: the fp16 rule must."""
+    """bf16 values are on fp16's grid (|x| small): the fp16 rule catches them, and the judge names bf16's grid."""
     pytest.importorskip("torch")
     to_fp16 = staticmethod(lambda a: a.astype(np.float16).astype(np.float32))  # bf16's tiny values: fp16's grid
     report = api.run(_backend(computes_in="bf16", precisions=("fp16",), post=to_fp16), toy_dir, "fp16",
                      decoding=False)
     assert not report.passed and {d.golden for d in report.divergences} == {"fp32", "fp64"}
+    assert any("computed in bf16" in d.message for d in report.divergences)
 
 
 def test_cli_runs_a_precision_list_and_refuses_an_unknown_one() -> None:

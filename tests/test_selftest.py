@@ -4,6 +4,10 @@ The acceptance run is `python -m parity_harness selftest` in a subprocess: exit 
 (every mutant caught, >= 90% localized at the expected tap, >= 3 caught by the fp64 tier alone).
 The stability mutants (softmax without the max, a one-pass variance, an additive mask, an erf
 series) must be invisible on fixtures/toy in every tier and caught on fixtures/toy-stress at their tap.
+The reduced-precision mutants (a softmax and a LayerNorm variance summed in fp16, a bf16 GELU in an
+fp16 run) must be caught in fp16 on the fp16-probe fixture at their tap, named by what caught them
+(the tolerance, "overflow", "precision"), and invisible there in fp32 and fp64; the fp16 KV cache of
+an fp32 model is caught by the decoding check at step 0, on fp16's grid.
 The unit tests keep the catalog honest: every anchor matches the current sources exactly once,
 a missing or repeated anchor is a clear error (exit 2 through the CLI), and a failing control run
 or an uncaught mutant makes the selftest fail.
@@ -24,6 +28,7 @@ from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._tools.mutants import (
     CATALOG,
+    REDUCED,
     STABILITY,
     TARGET_DIRS,
     Mutant,
@@ -32,7 +37,7 @@ from parity_harness._tools.mutants import (
     by_name,
     comment_spans,
 )
-from parity_harness._tools.selftest import run_selftest
+from parity_harness._tools.selftest import format_table, run_selftest
 from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
@@ -43,6 +48,15 @@ TOTALS = re.compile(r"^mutants caught (\d+)/(\d+), localized (\d+)/(\d+) \((\d+)
 @pytest.fixture(scope="module")
 def fixture(toy_dir: Path) -> Fixture:
     return load_fixture(toy_dir)
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    from parity_harness._authoring.presets import make_probe_fixture
+
+    root = tmp_path_factory.mktemp("probe") / "fp16-probe"
+    make_probe_fixture(root)
+    return load_fixture(root)
 
 
 # -- the acceptance run ---------------------------------------------------------------------------
@@ -90,6 +104,22 @@ def test_selftest_catches_every_mutant(tmp_path: Path) -> None:
     assert report["totals"]["invisible_on_toy_caught_on_stress"] == len(STABILITY)
     assert f"stability mutants invisible on toy, caught on stress: {len(STABILITY)}/{len(STABILITY)}" in proc.stdout
     assert "control (typescript, unpatched, toy-stress): pass" in proc.stdout
+    # The reduced-precision mutants: caught in fp16 on the probe at their tap, invisible there in fp32 and fp64.
+    reduced = {r["name"]: r for r in report["mutants"] if r["caught_on"] == "probe"}
+    assert set(reduced) == {m.name for m in REDUCED if m.caught_on == "probe"} and len(reduced) == 3
+    for row in reduced.values():
+        assert row["caught"] and row["localized"] and row["invisible_in_fp32"] is True, row
+        assert row["tiers"] == ["fp16/fp32", "fp16/fp64"] and row["fp32_tiers"] == [], row
+    assert reduced["py-rp-softmax-fp16-sum"]["cause"] == "tolerance"
+    assert reduced["py-rp-ln-var-fp16-sum"]["cause"] == "overflow"
+    assert reduced["py-rp-gelu-bf16"]["cause"] == "precision"
+    assert "computed in bf16" in reduced["py-rp-gelu-bf16"]["first_message"]
+    kv = next(r for r in report["mutants"] if r["name"] == "py-rp-kv-cache-fp16")
+    assert kv["localized"] and kv["first_step"] == 0 and "fp16's grid" in kv["first_message"], kv
+    assert all(why == "" for why in report["probe_controls"].values()) and report["probe_controls"]
+    assert report["totals"]["reduced_caught_at_tap_invisible_in_fp32"] == 3
+    assert "reduced-precision mutants caught in fp16 at their tap, invisible in fp32 and fp64: 3/3" in proc.stdout
+    assert "control (reference, unpatched, fp16-probe, fp16/bf16/fp32/fp64): pass" in proc.stdout
 
 
 def test_only_runs_the_named_mutants() -> None:
@@ -116,6 +146,50 @@ def test_a_stability_mutant_the_toy_sees_fails_the_selftest(fixture: Fixture) ->
                for why in result.failures())
 
 
+def test_reduced_mutants_are_caught_in_fp16_at_their_tap(fixture: Fixture, probe: Fixture) -> None:
+    result = run_selftest(fixture, [m for m in REDUCED if m.caught_on == "probe"], probe=probe)
+    assert result.probe_controls == {"reference": ""} and result.n_reduced_ok == 3, format_table(result)
+    assert [(o.first_tap, o.cause) for o in result.outcomes] == [
+        ("probs", "tolerance"), ("blocks.0.ln1.hook_scale", "overflow"), ("blocks.0.mlp.hook_post", "precision")]
+
+
+def test_the_probe_fixture_is_seeded_with_its_outliers(probe: Fixture, tmp_path: Path) -> None:
+    """Made on demand, so it must be the same fixture every time: the same hashes, +-200 on wpe's dims 0 and 1."""
+    from parity_harness._authoring.presets import PROBE_OUTLIER, make_probe_fixture
+
+    again = tmp_path / "again"
+    make_probe_fixture(again)
+    assert load_fixture(again).manifest["sha256"] == probe.manifest["sha256"]
+    wpe = probe.weights()["wpe.weight"]  # (n_ctx, d)
+    assert probe.config.vocab_size == 4096 and probe.config.positions == "learned"
+    assert abs(wpe[:, 0].mean() - PROBE_OUTLIER) < 0.1 and abs(wpe[:, 1].mean() + PROBE_OUTLIER) < 0.1
+    assert abs(wpe[:, 2:]).max() < 0.2
+
+
+def test_the_bf16_gelu_is_seen_by_the_grid_check_alone(fixture: Fixture, probe: Fixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the judge's coarser-grid check, the bf16 GELU passes c = 32: the check is what catches it."""
+    import parity_harness._compare.judge as judge
+
+    monkeypatch.setattr(judge, "COARSER_GRIDS", {})
+    result = run_selftest(fixture, by_name(["py-rp-gelu-bf16"]), probe=probe)
+    assert result.n_caught == 0 and result.verdict == Verdict.DISAGREE
+
+
+def test_a_reduced_mutant_visible_in_fp32_or_astray_fails_the_selftest(fixture: Fixture, probe: Fixture) -> None:
+    relu = by_name(["py-gelu-relu"])[0]  # not a half fast path: fp32 sees it too
+    visible = Mutant("py-relu-as-reduced", relu.target, relu.file, relu.patches, relu.description,
+                     relu.expected_tap, False, caught_on="probe", precision="fp16")
+    gelu = by_name(["py-rp-gelu-bf16"])[0]
+    astray = Mutant("py-gelu-bf16-astray", gelu.target, gelu.file, gelu.patches, gelu.description, "probs", False,
+                    caught_on="probe", precision="fp16")
+    result = run_selftest(fixture, [visible, astray], probe=probe)
+    assert result.n_caught == 2 and result.n_reduced_ok == 0 and result.verdict == Verdict.DISAGREE
+    why = result.failures()
+    assert any("not invisible in fp32 and fp64" in w and "py-relu-as-reduced" in w for w in why), why
+    assert any("not caught at their expected tap" in w and "py-gelu-bf16-astray" in w for w in why), why
+
+
 def test_unknown_mutant_exits_2_with_one_line() -> None:
     proc = run_cli("selftest", "--only", "ts-no-such-bug")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -137,7 +211,9 @@ def test_catalog_shape(fixture: Fixture) -> None:
         assert m.expected_tap in taps, m.name
         assert m.name.startswith({"typescript": "ts-", "reference": "py-"}[m.target]), m.name
         assert m.description and m.patches
-        assert m.caught_on == ("stress" if m in STABILITY else "toy"), m.name
+        expected_on = "stress" if m in STABILITY else "probe" if m in REDUCED and m.expected_step is None else "toy"
+        assert m.caught_on == expected_on, m.name
+        assert (m.precision is not None) == (m.caught_on == "probe"), m.name
     # One stability mutant per bug class, in the TypeScript port at least.
     assert {m.name for m in STABILITY if m.target == "typescript"} >= {
         "ts-softmax-no-max", "ts-ln-one-pass-variance", "ts-additive-mask", "ts-erf-series"}

@@ -11,6 +11,14 @@ What makes it scale (docs/tolerances.md, docs/fixture-format.md):
   positions (the manifest's per-tap `rows`), and every built-in backend computes only those;
 - tolerances are per tap, `atol = c * eps * M_tap` (M_tap = max |golden| of the tap over the cases,
   in that tier's golden), written into the manifest's overrides, `c` measured on gpt2-small.
+
+`fp16-probe` is where the selftest's reduced-precision mutants are caught (docs/selftest.md): a large,
+flat vocabulary (V 4,096: probabilities ~ 1/4,096, the sum of a softmax ~ 4,096, past where a running
+fp16 sum stagnates) and two outlier dims of the residual stream, +-`PROBE_OUTLIER` at every position,
+put in the learned position table (`probe_weights`: the tied logits read wte, not wpe), so that each
+LayerNorm's centered squares are 40,000 (under fp16's 65,504) and their running fp16 sum is not.
+Honest fp16 and bf16 pass it (docs/tolerances.md). Not committed: the selftest makes it in a
+temporary directory (`make_probe_fixture`, seeded: the same on every machine, without ONNX graphs).
 """
 
 from __future__ import annotations
@@ -54,7 +62,13 @@ PRESETS: dict[str, Preset] = {
                         GPTConfig(vocab_size=96, n_ctx=32, d_model=16, n_layer=8, n_head=2, d_mlp=64,
                                   positions="learned"),
                         (1, 5, 24), 32, "the same code path at toy size (8 blocks), for CI"),
+    "fp16-probe": Preset("fp16-probe",
+                         GPTConfig(vocab_size=4096, n_ctx=16, d_model=16, n_layer=2, n_head=2, d_mlp=64,
+                                   positions="learned"),
+                         (1, 5, 16), 16, "a flat vocabulary of 4,096 and +-200 outlier dims: where fp16 "
+                                         "accumulation bugs show (the selftest's reduced mutants)"),
 }
+PROBE_OUTLIER = 200.0  # fp16-probe: wpe dim 0 gets +200, dim 1 -200 at every position
 
 
 def init_weights(config: GPTConfig, seed: int) -> dict[str, np.ndarray]:
@@ -71,6 +85,19 @@ def init_weights(config: GPTConfig, seed: int) -> dict[str, np.ndarray]:
             std = residual_std if name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")) else INIT_STD
             weights[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
     return weights
+
+
+def probe_weights(config: GPTConfig, seed: int) -> dict[str, np.ndarray]:
+    """fp16-probe's weights: GPT-2's initialization, then +-PROBE_OUTLIER on wpe's dims 0 and 1 (every row)."""
+    weights = init_weights(config, seed)
+    weights["wpe.weight"][:, 0] += np.float32(PROBE_OUTLIER)  # (n_ctx,)
+    weights["wpe.weight"][:, 1] -= np.float32(PROBE_OUTLIER)  # (n_ctx,)
+    return weights
+
+
+def make_probe_fixture(root: Path, seed: int = 0) -> None:
+    """`parity export --preset fp16-probe --seed N`, quietly and without the ONNX graphs (the selftest's probe)."""
+    export_preset(root, "fp16-probe", seed=seed, progress=lambda _message: None, with_onnx=False)
 
 
 def make_cases(config: GPTConfig, lengths: Sequence[int], seed: int) -> list[Case]:
@@ -149,7 +176,7 @@ def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, prog
     preset = PRESETS[name]
     say: Progress = lambda message: progress(f"parity export: {message}")  # noqa: E731
     say(f"preset {name} ({preset.what}), seed {seed}")
-    weights = init_weights(preset.config, seed)
+    weights = probe_weights(preset.config, seed) if name == "fp16-probe" else init_weights(preset.config, seed)
     lengths = (*preset.lengths, preset.long_length) if long else preset.lengths
     cases = make_cases(preset.config, lengths, seed)
     vocab = [f"<{i}>" for i in range(preset.config.vocab_size)]
@@ -157,9 +184,11 @@ def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, prog
         "preset": name, "seed": seed, "command": f"parity export --preset {name} --seed {seed}"
                                                  + (" --long" if long else ""),
         "weights": ("parity_harness._authoring.presets.init_weights: N(0, 0.02), residual projections "
-                    "0.02/sqrt(2 n_layer), PCG64(seed)"),
+                    "0.02/sqrt(2 n_layer), PCG64(seed)" + (f"; wpe dims 0, 1 +-{PROBE_OUTLIER:g} (probe_weights)"
+                                                           if name == "fp16-probe" else "")),
         "platform": current_platform(),
     }, say, with_onnx)
 
 
-__all__ = ["PRESETS", "SCALED_C", "export_preset", "init_weights", "scaled_tolerances", "write_scaled_fixture"]
+__all__ = ["PRESETS", "SCALED_C", "export_preset", "init_weights", "make_probe_fixture", "probe_weights",
+           "scaled_tolerances", "write_scaled_fixture"]

@@ -18,6 +18,12 @@ The rules (docs/spec.md, section 3):
   precision's range (fp16 ends at 65504): the check fails with "overflow" and the first such cell,
   before any difference is looked at (`overflow_message`), so the first divergence names the first
   tap where a value overflowed instead of a wall of NaN differences.
+- a result on a coarser grid than its declared precision was computed in that coarser dtype: when at
+  least `MIN_GRID_CANDIDATES` cells of the golden, rounded to the declared precision, lie off the
+  coarser grid and the result holds every one of them on it, the check fails with "precision: ...
+  computed in bf16" (`coarser_grid_message`): fp32 declared, bf16's grid (the float32's low 16 bits
+  zero) or fp16's (x == f32(f16(x)), |x| <= 65504); fp16 declared, bf16's grid. After overflow and
+  NaN, before the tolerance: it names the cause where the tolerance alone may not see it.
 Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`.
 """
 
@@ -33,6 +39,14 @@ from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_red
 from parity_harness._core.status import Status
 
 OK, FAIL, NOT_SUPPORTED = Status.OK, Status.FAIL, Status.NOT_SUPPORTED
+
+# The coarser grids a declared precision's results must not all sit on, coarsest first, with their
+# significant bits (docs/tolerances.md, "Values on a coarser grid"); fp64 and bf16 have none checked.
+COARSER_GRIDS: dict[str, tuple[tuple[str, int], ...]] = {"fp32": (("bf16", 8), ("fp16", 11)),
+                                                          "fp16": (("bf16", 8),)}
+# At least this many candidate cells (the golden off the coarser grid): an honest fp16 result lands on
+# bf16's grid with odds 1/8 a cell, so (1/8)^16 = 2^-48 for a false alarm; fp32 on bf16's, (2^-16)^16.
+MIN_GRID_CANDIDATES = 16
 
 
 @dataclass
@@ -151,19 +165,61 @@ def judge_tensor(
                 message, idx, n = overflow
                 return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
                                    math.inf, list(idx), _cell(actual, idx), _cell(expected, idx), message, n, step)
-            actual = actual.astype(np.float64)
         elif isinstance(actual, np.ndarray) and actual.dtype != container:
             return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
                                math.inf, message=f"dtype {actual.dtype} != expected {container} ({precision} results "
                                f"are {container} arrays holding {precision} values)", step=step)
+    grid = None
+    if (precision in COARSER_GRIDS and isinstance(actual, np.ndarray) and actual.dtype == np.float32
+            and actual.shape == expected.shape and not np.isnan(actual).any()):
+        grid = coarser_grid_message(actual, expected, precision)
+    if is_reduced(precision):
+        if isinstance(actual, np.ndarray) and actual.dtype == np.float32:
+            actual = actual.astype(np.float64)
         expected = expected.astype(np.float64)
     elif golden != precision:
         expected = expected.astype(np.float64)
     cmp = compare_tensors(actual, expected, atol, rtol)
+    if grid is not None and not cmp.message:  # the numbers are reported; the verdict and the cause are the grid's
+        message, n = grid
+        return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, cmp.max_abs, cmp.max_rel,
+                           cmp.min_atol, cmp.index, cmp.actual, cmp.expected, message, n, step)
     return CheckResult(
         backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
         cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad, step,
     )
+
+
+def on_grid(x: np.ndarray, grid: str) -> np.ndarray:
+    """Which cells of a float32 array are finite values of `grid` ("bf16": the low 16 bits zero; "fp16":
+    x == f32(f16(x)) and |x| <= 65504)."""
+    finite = np.isfinite(x)
+    if grid == "bf16":
+        low_zero: np.ndarray = (x.view(np.uint32) & np.uint32(0xFFFF)) == 0
+        return np.asarray(finite & low_zero)
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact: np.ndarray = (np.abs(x) <= MAX_FINITE["fp16"]) & (x.astype(np.float16).astype(np.float32) == x)
+    return np.asarray(finite & exact)
+
+
+def coarser_grid_message(actual: np.ndarray, expected: np.ndarray, precision: str) -> tuple[str, int] | None:
+    """A float32 result of `precision` (fp32, or fp16's container) all on a coarser grid: (message, cells) or None.
+
+    The candidates are the cells where the golden, rounded to `precision`, is finite and off the
+    coarser grid (an exact computation in `precision` would leave them off it); zeros, ones, masked
+    infinities and embeddings read from a bf16 checkpoint are on it in the golden too, and are not
+    candidates. With at least `MIN_GRID_CANDIDATES` of them, every one on the grid in the result
+    means the result was computed on that grid.
+    """
+    declared = expected.astype(np.float16 if precision == "fp16" else np.float32).astype(np.float32)
+    finite = np.isfinite(actual)
+    for grid, bits in COARSER_GRIDS.get(precision, ()):
+        candidates = np.isfinite(declared) & ~on_grid(declared, grid) & finite
+        n = int(candidates.sum())
+        if n >= MIN_GRID_CANDIDATES and bool(on_grid(actual[candidates], grid).all()):
+            return (f"precision: all {n} values carry at most {bits} significant bits ({grid}'s grid) where "
+                    f"{precision} was declared: computed in {grid}", n)
+    return None
 
 
 def overflow_message(actual: np.ndarray, expected: np.ndarray,

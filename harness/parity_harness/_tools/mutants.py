@@ -19,6 +19,12 @@ catches, "stress" for the numerical-stability bugs (a softmax without the max, a
 variance, an additive mask, an erf series that overflows) that compute the toy's numbers exactly
 and break only on the stress fixture's extreme magnitudes (parity_harness/_authoring/stress.py): the selftest checks
 that each is invisible on the toy, in every tier, and caught on the stress fixture at its tap.
+"probe" marks the reduced-precision bugs (`REDUCED`): a half fast path (`if x.dtype in (float16,
+bfloat16)`, as real code has) that accumulates in fp16 or computes in bf16, so its fp32 and fp64 runs
+compute the unpatched numbers; the selftest runs each in its `precision` (fp16) on the probe fixture
+(`parity export --preset fp16-probe`, where the bug matters), where it must be caught at its tap, and
+in fp32 and fp64 there, where every comparison must pass. The fp16 KV cache of an fp32 model changes
+decoding only: a decoding mutant of the toy, caught by the fp32 and fp64 decoding check.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ from typing import Literal
 
 import parity_reference
 from parity_harness._core.errors import ParityError
+from parity_harness._core.precision import Precision
 from parity_harness._core.resources import ts_model_dir
 
 Target = Literal["typescript", "reference"]
-CaughtOn = Literal["toy", "stress"]  # the fixture that must catch the mutant
+CaughtOn = Literal["toy", "stress", "probe"]  # the fixture that must catch the mutant
 
 TARGET_DIRS: dict[Target, Path] = {"typescript": ts_model_dir(), "reference": Path(parity_reference.__file__).parent}
 
@@ -59,6 +66,8 @@ class Mutant:
     # (0 is the prefill), and `expected_tap` is a decoding tap (blocks.{i}.attn.cache_k|cache_v, logits).
     expected_step: int | None = None
     caught_on: CaughtOn = "toy"  # "stress": a stability bug, invisible on the toy, caught on the stress fixture
+    # "probe": a reduced-precision bug, caught in `precision` on the probe fixture, invisible there in fp32 and fp64
+    precision: Precision | None = None
 
     def apply(self, text: str) -> str:
         """The patched text; MutantAnchorError if an anchor is not found exactly once."""
@@ -190,8 +199,8 @@ def _ts(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: 
 
 
 def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False,
-        step: int | None = None, caught_on: CaughtOn = "toy") -> Mutant:
-    return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only, step, caught_on)
+        step: int | None = None, caught_on: CaughtOn = "toy", precision: Precision | None = None) -> Mutant:
+    return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only, step, caught_on, precision)
 
 
 _TS_MASK = "scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;"
@@ -292,6 +301,67 @@ STABILITY: tuple[Mutant, ...] = (
     _py("py-erf-series", (("    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))", _PY_ERF_SERIES),),
         "erf by the positive series A&S 7.1.6 (in float64): exact to 1e-14, then inf * 0 = NaN for |x| > 37.7",
         "blocks.0.mlp.hook_post", caught_on="stress"),
+)
+
+# -- reduced precision: a half fast path, caught in fp16 on the probe fixture, invisible in fp32 and fp64 --------
+_PY_HALF = "(torch.float16, torch.bfloat16)"
+_PY_SOFTMAX_FP16_SUM = f'''def _softmax(x: Tensor) -> Tensor:
+    """Softmax over the last axis; half dtypes: exp(x - max) summed by a running accumulator in the dtype."""
+    if x.dtype not in {_PY_HALF}:
+        return torch.softmax(x, dim=-1)
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))  # (..., n)
+    total = torch.zeros_like(e[..., :1])  # (..., 1)
+    for j in range(e.shape[-1]):
+        total = total + e[..., j : j + 1]  # each add rounded: a fp16 sum stagnates at 2048
+    return e / total
+
+
+def gelu('''
+_PY_LN_VAR_FP16_SUM = f"""if x.dtype in {_PY_HALF}:  # the half fast path: a running sum in the dtype
+        sq = centered * centered  # (T, d)
+        total = torch.zeros_like(sq[..., :1])  # (T, 1)
+        for j in range(sq.shape[-1]):
+            total = total + sq[..., j : j + 1]  # (T, 1): 40000 + 40000 is inf in fp16
+        var = total / sq.shape[-1]  # (T, 1)
+    else:
+        var = (centered * centered).mean(dim=-1, keepdim=True)"""
+_PY_GELU_BF16 = """    if x.dtype == torch.float16:  # the half fast path: the bf16 kernel
+        xb = x.to(torch.bfloat16)
+        return (0.5 * xb * (1.0 + torch.erf(xb / math.sqrt(2.0)))).to(torch.float16)
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))"""
+_PY_KV_FP16 = '''def _stored_fp16(t: Tensor) -> Tensor:
+    """A tensor through a float16 cache buffer: written in fp16, read back in t's dtype."""
+    return t.to(torch.float16).to(t.dtype)
+
+
+def prefill('''
+_PY_PREFILL_K = 'taps[f"blocks.{i}.attn.hook_k"].transpose(-3, -2), taps[f"blocks.{i}.attn.hook_v"].transpose(-3, -2)'
+
+REDUCED: tuple[Mutant, ...] = (
+    _py("py-rp-softmax-fp16-sum", (
+        ("def gelu(", _PY_SOFTMAX_FP16_SUM),
+        ("pattern = torch.softmax(scores, dim=-1)", "pattern = _softmax(scores)"),
+        ('taps["probs"] = torch.softmax(logits[..., last, :], dim=-1)',
+         'taps["probs"] = _softmax(logits[..., last, :])'),
+        ('taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)', 'taps[f"logit_lens.{k}"] = _softmax(lens)'),
+    ), "softmax accumulated in fp16 (a running half sum of exp(x - max)): stagnates at 2048, off ~2x over "
+       "4,096 flat logits", "probs", caught_on="probe", precision="fp16"),
+    _py("py-rp-ln-var-fp16-sum", ((_PY_LN_VAR, _PY_LN_VAR_FP16_SUM),),
+        "LayerNorm variance accumulated in fp16 (a running half sum of the centered squares): two squares of "
+        "40,000 overflow", "blocks.0.ln1.hook_scale", caught_on="probe", precision="fp16"),
+    _py("py-rp-gelu-bf16", (("    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))", _PY_GELU_BF16),),
+        "GELU computed in bf16 in an fp16 run (input and output rounded to bf16): under the tolerance, on "
+        "bf16's grid", "blocks.0.mlp.hook_post", caught_on="probe", precision="fp16"),
+    _py("py-rp-kv-cache-fp16", (
+        ("def prefill(", _PY_KV_FP16),
+        (_PY_PREFILL_K, '_stored_fp16(taps[f"blocks.{i}.attn.hook_k"].transpose(-3, -2)), '
+                        '_stored_fp16(taps[f"blocks.{i}.attn.hook_v"].transpose(-3, -2))'),
+        ("keys = torch.cat([cache_k, k.reshape(1, H, dh).transpose(0, 1)], dim=-2)",
+         "keys = torch.cat([cache_k, _stored_fp16(k.reshape(1, H, dh).transpose(0, 1))], dim=-2)"),
+        ("values = torch.cat([cache_v, v.reshape(1, H, dh).transpose(0, 1)], dim=-2)",
+         "values = torch.cat([cache_v, _stored_fp16(v.reshape(1, H, dh).transpose(0, 1))], dim=-2)"),
+    ), "KV cache stored in fp16 while the model computes in fp32 (written in fp16, read back): decoding only",
+        "blocks.0.attn.cache_k", step=0),
 )
 
 CATALOG: tuple[Mutant, ...] = (
@@ -398,6 +468,8 @@ CATALOG: tuple[Mutant, ...] = (
         "blocks.0.attn.cache_k", step=1),
     # -- numerical stability: invisible on fixtures/toy, caught on fixtures/toy-stress ----------------
     *STABILITY,
+    # -- reduced precision: caught in fp16 on the probe fixture (the KV cache: by the decoding check) --
+    *REDUCED,
 )
 
 

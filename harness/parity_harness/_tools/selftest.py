@@ -18,6 +18,12 @@ The stability mutants (`caught_on == "stress"`) run twice: on the toy fixture, w
 be invisible (every comparison passes: they compute the toy's numbers to round-off), and on the
 stress fixture (parity_harness/_authoring/stress.py), where they must be caught at their expected tap. The pair is
 the reason the stress fixture exists (docs/selftest.md). Controls run on both fixtures.
+
+The reduced-precision mutants (`caught_on == "probe"`) run on the probe fixture (`parity export
+--preset fp16-probe`, made in the temporary directory unless one is given): in their precision (fp16),
+where they must be caught at their expected tap, and in fp32 and fp64, where every comparison must pass
+(their bug lives in a half fast path). The probe's control runs the unpatched reference in fp16, bf16,
+fp32 and fp64: honest reduced precision must pass there.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ class ReferenceModuleBackend(Backend):
 
     name: ClassVar[str] = "reference-mutant"
     description: ClassVar[str] = "a patched copy of parity_reference/model.py (parity selftest)"
-    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
     requires: ClassVar[tuple[str, ...]] = ("torch",)
 
     def __init__(self, module: ModuleType) -> None:
@@ -120,10 +126,12 @@ def _env(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir: Path, tag: str = "") -> Report:
+def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir: Path, tag: str = "",
+               precisions: list[Precision] | None = None) -> Report:
     """One run of the harness on a copy of `target`, patched by `mutant` (unpatched if None).
 
     `tag` tells apart two runs of the same copy on different fixtures (its own directory each).
+    `precisions`: what the reference copy computes in (default fp32 and fp64; typescript: fp64 always).
     """
     label = (mutant.name if mutant is not None else f"control-{target}") + tag
     root = copy_target(target, workdir / label, mutant)
@@ -131,7 +139,7 @@ def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir:
         with _env("PARITY_TS_DIR", str(root)):
             return run_parity(fixture, [load_backend("typescript")], ["fp64"], progress=None)
     module = load_module(root / "model.py", f"_parity_selftest_{label.replace('-', '_')}")
-    return run_parity(fixture, [GuardedBackend.wrap(ReferenceModuleBackend(module))], ["fp32", "fp64"],
+    return run_parity(fixture, [GuardedBackend.wrap(ReferenceModuleBackend(module))], precisions or ["fp32", "fp64"],
                       progress=None)
 
 
@@ -157,6 +165,10 @@ class Outcome:
     caught_on: str = "toy"  # the fixture judged above: "toy", or "stress" for a stability mutant
     toy_tiers: list[str] = field(default_factory=list)  # stability mutants: comparisons that failed on the toy
     toy_error: str = ""  # stability mutants: the toy run stopped with an error
+    precision: str | None = None  # reduced-precision mutants: the precision they are caught in (fp16)
+    fp32_tiers: list[str] = field(default_factory=list)  # reduced mutants: comparisons that failed in fp32/fp64
+    fp32_error: str = ""  # reduced mutants: the fp32/fp64 run stopped with an error
+    first_message: str = ""  # the first divergence's message ("overflow: ...", "precision: ...", "" for tolerance)
 
     @property
     def localized(self) -> bool:
@@ -168,6 +180,17 @@ class Outcome:
         return (not self.toy_tiers and not self.toy_error) if self.caught_on == "stress" else None
 
     @property
+    def invisible_in_fp32(self) -> bool | None:
+        """Reduced-precision mutants: every fp32 and fp64 comparison passed on the probe (None for the others)."""
+        return (not self.fp32_tiers and not self.fp32_error) if self.caught_on == "probe" else None
+
+    @property
+    def cause(self) -> str:
+        """What named the first divergence: "overflow", "precision" (a coarser grid), else "tolerance"."""
+        head = self.first_message.split(":", 1)[0]
+        return head if head in ("overflow", "precision") else "tolerance"
+
+    @property
     def fp64_only(self) -> bool:
         """Caught by float64 vs the float64 golden only: every fp32-tolerance comparison passed."""
         return self.tiers == [TIER_FP64]
@@ -176,12 +199,14 @@ class Outcome:
 def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -> Outcome:
     order = {t: i for i, t in enumerate(fixture.tap_names)}
     out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
-                  seconds=seconds, expected_step=mutant.expected_step, caught_on=mutant.caught_on)
+                  seconds=seconds, expected_step=mutant.expected_step, caught_on=mutant.caught_on,
+                  precision=mutant.precision)
     failed = {tier_key(r.precision, r.golden) for r in report.results if r.passed is False}
     decoding = report.decoding
     if decoding is not None:  # the decoding check's failing tiers count as well
         failed |= {tier_key(c.precision, c.golden) for c in decoding.checks if not c.passed}
-    out.tiers = [t for t in (TIER_FP32, TIER_FP64, TIER_FP64_VS_FP32) if t in failed]
+    known = (TIER_FP32, TIER_FP64, TIER_FP64_VS_FP32)
+    out.tiers = [t for t in known if t in failed] + sorted(failed - set(known))  # then fp16/fp64, fp16/fp32, ...
     out.caught = report.verdict != Verdict.AGREE
     seen = {r.case for r in report.results if r.passed is False}
     for r in report.results:
@@ -192,10 +217,12 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     if report.divergences:
         first = min(report.divergences, key=lambda d: order[d.tap])
         out.first_tap, out.first_tier = first.tap, tier_key(first.precision, first.golden)
+        out.first_message = first.message
     elif decoding is not None and decoding.divergences:  # the forward pass agrees: where decoding first breaks
         taps = {t: i for i, t in enumerate(decoding.taps)}
         dec = min(decoding.divergences, key=lambda d: (d.step, taps[d.tap]))
         out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_key(dec.precision, dec.golden)
+        out.first_message = dec.message
     if mutant.expected_step is not None and decoding is not None:  # blind prompts, not blind cases
         hit = {c.case for c in decoding.checks if not c.passed}
         out.blind_cases = [p for p in decoding.prompts if p not in hit]
@@ -209,10 +236,21 @@ class SelftestResult:
     outcomes: list[Outcome] = field(default_factory=list)
     stress_fixture: str | None = None  # where the stability mutants are caught (None: none was run)
     stress_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the stress fixture
+    probe_fixture: str | None = None  # where the reduced-precision mutants are caught (None: none was run)
+    probe_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the probe
 
     @property
     def stability(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.caught_on == "stress"]
+
+    @property
+    def reduced(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.caught_on == "probe"]
+
+    @property
+    def n_reduced_ok(self) -> int:
+        """Reduced-precision mutants caught at their tap in their precision and invisible in fp32 and fp64."""
+        return sum(bool(o.invisible_in_fp32) and o.caught and o.localized for o in self.reduced)
 
     @property
     def n_pairs(self) -> int:
@@ -233,7 +271,8 @@ class SelftestResult:
 
     @property
     def control_passed(self) -> bool:
-        return all(not why for why in (*self.controls.values(), *self.stress_controls.values()))
+        return all(not why for why in (*self.controls.values(), *self.stress_controls.values(),
+                                       *self.probe_controls.values()))
 
     def failures(self) -> list[str]:
         """Why the selftest fails, one line each (empty when it passes)."""
@@ -241,6 +280,8 @@ class SelftestResult:
         why = [f"control run of the unpatched {t} failed: {m}" for t, m in self.controls.items() if m]
         why += [f"control run of the unpatched {t} failed on the stress fixture: {m}"
                 for t, m in self.stress_controls.items() if m]
+        why += [f"control run of the unpatched {t} failed on the probe fixture (fp16, bf16, fp32, fp64): {m}"
+                for t, m in self.probe_controls.items() if m]
         if n == 0:
             why.append("no mutants were run")
         if self.n_caught < n:
@@ -254,6 +295,14 @@ class SelftestResult:
         if visible:
             why.append(f"{len(visible)} stability mutant(s) not invisible on the toy fixture (they must compute its "
                        f"numbers to round-off): {', '.join(visible)}")
+        visible = [o.name for o in self.reduced if not o.invisible_in_fp32]
+        if visible:
+            why.append(f"{len(visible)} reduced-precision mutant(s) not invisible in fp32 and fp64 (their bug must "
+                       f"live in the half fast path only): {', '.join(visible)}")
+        astray = [o.name for o in self.reduced if o.caught and not o.localized]
+        if astray:
+            why.append(f"{len(astray)} reduced-precision mutant(s) not caught at their expected tap: "
+                       f"{', '.join(astray)}")
         return why
 
     @property
@@ -272,11 +321,15 @@ class SelftestResult:
             "controls": self.controls,
             "stress_fixture": self.stress_fixture,
             "stress_controls": self.stress_controls,
+            "probe_fixture": self.probe_fixture,
+            "probe_controls": self.probe_controls,
             "mutants": [{**asdict(o), "localized": o.localized, "fp64_only": o.fp64_only,
-                         "invisible_on_toy": o.invisible_on_toy} for o in self.outcomes],
+                         "invisible_on_toy": o.invisible_on_toy, "invisible_in_fp32": o.invisible_in_fp32,
+                         "cause": o.cause} for o in self.outcomes],
             "totals": {"mutants": len(self.outcomes), "caught": self.n_caught, "localized": self.n_localized,
                        "fp64_only": self.n_fp64_only, "stability": len(self.stability),
-                       "invisible_on_toy_caught_on_stress": self.n_pairs},
+                       "invisible_on_toy_caught_on_stress": self.n_pairs, "reduced": len(self.reduced),
+                       "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok},
             "exit_code": for_verdict(self.verdict),
             "failures": self.failures(),
         }
@@ -296,28 +349,29 @@ def _control_message(report: Report) -> str:
 
 
 def _controls(fixture: Fixture, targets: list[Target], work: Path, tag: str,
-              say: Callable[[str], None]) -> dict[str, str]:
+              say: Callable[[str], None], precisions: list[Precision] | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
     for target in targets:
         say(f"parity selftest: control run of the unpatched {target}{' on ' + fixture.root.name if tag else ''}")
         try:
-            out[target] = _control_message(run_target(fixture, target, None, work, tag))
+            out[target] = _control_message(run_target(fixture, target, None, work, tag, precisions))
         except ParityError as exc:
             out[target] = str(exc)
     return out
 
 
-def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "") -> Outcome:
-    """Run one mutant on one fixture and classify what the harness reported."""
+def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "",
+           precisions: list[Precision] | None = None) -> Outcome:
+    """Run one mutant on one fixture (in `precisions`, default fp32 and fp64) and classify what the harness reported."""
     start = time.perf_counter()
     try:
-        report = run_target(fixture, mutant.target, mutant, work, tag)
+        report = run_target(fixture, mutant.target, mutant, work, tag, precisions)
     except MutantAnchorError:
         raise  # a rotten catalog is bad input (exit 2), not a caught mutant
     except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
         outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
                           mutant.fp64_only, caught=True, error=str(exc), expected_step=mutant.expected_step,
-                          caught_on=mutant.caught_on)
+                          caught_on=mutant.caught_on, precision=mutant.precision)
     else:
         outcome = classify(mutant, report, fixture, time.perf_counter() - start)
     outcome.seconds = time.perf_counter() - start
@@ -326,13 +380,15 @@ def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "") -> Outco
 
 def run_selftest(
     fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None,
-    stress: Fixture | None = None,
+    stress: Fixture | None = None, probe: Fixture | None = None,
 ) -> SelftestResult:
     """The control runs (unpatched copies of each target used), then every mutant.
 
     `fixture` is the toy: the toy's mutants are judged there. The stability mutants (caught_on
     "stress") run on `fixture`, where they must pass, and on `stress`, where they must be caught;
-    ParityError (exit 2) if any is selected without a stress fixture.
+    ParityError (exit 2) if any is selected without a stress fixture. The reduced-precision mutants
+    (caught_on "probe") run on `probe` (None: `parity export --preset fp16-probe` in the temporary
+    directory) in their precision, where they must be caught, and in fp32 and fp64, where they must pass.
     """
     say = progress or (lambda _msg: None)
     for mutant in mutants:  # a rotten anchor fails fast (exit 2), before any run
@@ -349,9 +405,28 @@ def run_selftest(
             result.stress_fixture = str(stress.root)
             result.stress_controls = _controls(stress, list(dict.fromkeys(m.target for m in stability)), work,
                                                "-stress", say)
+        reduced = [m for m in mutants if m.caught_on == "probe"]
+        if reduced and probe is None:
+            from parity_harness._authoring.presets import make_probe_fixture
+            from parity_harness._fixture.fixture import load_fixture
+
+            say("parity selftest: making the probe fixture (parity export --preset fp16-probe, seed 0)")
+            make_probe_fixture(work / "fp16-probe")
+            probe = load_fixture(work / "fp16-probe")
+        if reduced and probe is not None:
+            result.probe_fixture = str(probe.root) if probe.root.parent != work else "fp16-probe (seed 0, made here)"
+            result.probe_controls = _controls(probe, list(dict.fromkeys(m.target for m in reduced)), work, "-probe",
+                                              say, ["fp16", "bf16", "fp32", "fp64"])
         for mutant in mutants:
             say(f"parity selftest: {mutant.name}")
-            if mutant.caught_on == "toy" or stress is None:
+            if mutant.caught_on == "probe" and probe is not None:
+                outcome = _judge(probe, mutant, work, "-probe", [mutant.precision or "fp16"])
+                in_fp32 = _judge(probe, mutant, work, "-probe-fp32", ["fp32", "fp64"])
+                outcome.fp32_tiers, outcome.fp32_error = in_fp32.tiers, in_fp32.error
+                outcome.seconds += in_fp32.seconds
+                result.outcomes.append(outcome)
+                continue
+            if mutant.caught_on != "stress" or stress is None:
                 result.outcomes.append(_judge(fixture, mutant, work))
                 continue
             outcome = _judge(stress, mutant, work, "-stress")
@@ -381,7 +456,7 @@ def format_table(result: SelftestResult) -> list[str]:
     """
     header: tuple[str, ...] = ("mutant", "caught", "tiers", "first diverging tap", "expected tap", "match")
     rows = [header]
-    toy = [o for o in result.outcomes if o.caught_on != "stress"]
+    toy = [o for o in result.outcomes if o.caught_on == "toy"]
     for o in toy:
         first = o.first_tap or "-"
         if o.first_step is not None:
@@ -399,10 +474,18 @@ def format_table(result: SelftestResult) -> list[str]:
             rows.append((o.name, on_toy, "caught" if o.caught else "NO", _tiers_cell(o), o.first_tap or "-",
                          o.expected_tap, "yes" if o.localized else "NO"))
         lines += _grid(rows)
+    if result.reduced and result.probe_fixture is not None:
+        lines.append("reduced-precision mutants: caught in fp16 on fp16-probe, invisible there in fp32 and fp64")
+        rows = [("mutant", "in fp32/fp64", "caught", "tiers", "cause", "first diverging tap", "expected tap", "match")]
+        for o in result.reduced:
+            in_fp32 = "invisible" if o.invisible_in_fp32 else f"VISIBLE ({','.join(o.fp32_tiers) or 'error'})"
+            rows.append((o.name, in_fp32, "yes" if o.caught else "NO", ",".join(o.tiers) or "-", o.cause,
+                         o.first_tap or "-", o.expected_tap, "yes" if o.localized else "NO"))
+        lines += _grid(rows)
     for o in result.outcomes:
         if o.error:
             lines.append(f"{o.name}: the run stopped with an error: {o.error}")
-        elif o.caught and o.fp64_only != o.expected_fp64_only:
+        elif o.caught and o.fp64_only != o.expected_fp64_only and o.caught_on != "probe":
             claim = "fp64 only" if o.expected_fp64_only else "by an fp32-tolerance comparison too"
             lines.append(f"{o.name}: the catalog says it is caught {claim}; it was caught by {', '.join(o.tiers)}")
     blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in toy if o.caught and o.blind_cases]
@@ -425,12 +508,17 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     for target, why in result.stress_controls.items():
         say(f"control ({target}, unpatched, {Path(result.stress_fixture or '').name}): "
             f"{'FAIL: ' + why if why else 'pass'}")
+    for target, why in result.probe_controls.items():
+        say(f"control ({target}, unpatched, fp16-probe, fp16/bf16/fp32/fp64): {'FAIL: ' + why if why else 'pass'}")
     for line in format_table(result):
         say(line)
     for why in result.failures():
         say(f"selftest FAIL: {why}")
     if result.stability:
         say(f"stability mutants invisible on toy, caught on stress: {result.n_pairs}/{len(result.stability)}")
+    if result.reduced:
+        say(f"reduced-precision mutants caught in fp16 at their tap, invisible in fp32 and fp64: "
+            f"{result.n_reduced_ok}/{len(result.reduced)}")
     say(result.totals_line())
 
 
