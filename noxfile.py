@@ -143,7 +143,7 @@ def bench(session: nox.Session) -> None:
     """Print timings: `parity run` per backend and over all of them beside its floor, and training the toy.
 
     The floor (imports, one Node start, one Chromium start) is timed in the same run; args go to the
-    benchmark (benchmarks/bench.py: --repeat N, --skip-training, --warm, --fixture DIR).
+    benchmark (benchmarks/bench.py: --repeat N, --skip-training, --warm, --fixture DIR, --backends A,B).
 
     `nox -s bench -- --preset gpt2-small`: export GPT-2 small into a temporary directory, then time and
     measure (peak RSS of the process tree) `parity run` per backend and over all of them (docs/performance.md).

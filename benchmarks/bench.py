@@ -1,7 +1,7 @@
 """Time what users wait for: `parity run` on the toy beside its floor, training the toy, and GPT-2 small.
 
 Prints numbers only; performance targets live here, not in timed tests that flake. Run with
-`nox -s bench` or `python -m benchmarks.bench [--repeat N] [--skip-training] [--fixture DIR] [--warm]`.
+`nox -s bench` or `python -m benchmarks.bench [--repeat N] [--skip-training] [--fixture DIR] [--warm] [--backends A,B]`.
 
 The toy: `parity run --backends NAME` for each available built-in backend, then over the 7 pip
 backends and over all of them, each the wall time of a fresh process (the median of `--repeat`),
@@ -89,8 +89,10 @@ def process_starts(repeat: int) -> tuple[float, float]:
     return node, max(0.0, chromium)
 
 
-def bench_toy(fixture_dir: str, repeat: int) -> None:
+def bench_toy(fixture_dir: str, repeat: int, only: list[str] | None = None) -> None:
     """`parity run` per backend and over sets of them, each beside its floor (see the module docstring).
+
+    `only`: time just these backends alone (the rows over the 7 pip backends and over all of them stay).
 
     Each row times its floor's imports and its run alternately, `repeat` times each, so that a change in
     the machine's load between rows moves both figures alike; the medians are printed."""
@@ -98,7 +100,7 @@ def bench_toy(fixture_dir: str, repeat: int) -> None:
     available = [n for n in names if not load_backend(n).missing()]
     node, chromium = process_starts(repeat)
     cli = [sys.executable, "-m", "parity_harness", "run", "--fixture", fixture_dir]
-    sets = [(n, [n]) for n in available]
+    sets = [(n, [n]) for n in available if only is None or n in only]
     pip = [n for n in PIP_BACKENDS if n in available]
     sets.append((f"the {len(pip)} pip backends", pip))
     sets.append((f"all {len(available)} available built-in backends", available))
@@ -226,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixture", default=str(default_fixture_dir()))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--backends", help="comma-separated: time only these backends alone (the set rows stay)")
     parser.add_argument("--warm", action="store_true", help="also time each backend in this process, after its imports")
     parser.add_argument("--preset", help="benchmark a GPT-2-shaped preset instead (gpt2-small, gpt2-mini)")
     parser.add_argument("--keep", metavar="DIR", help="with --preset: export into DIR (or reuse it) and keep it")
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu()}, Python {platform.python_version()}")
     if args.preset:
         return bench_preset(args.preset, args.keep)
-    bench_toy(args.fixture, args.repeat)
+    bench_toy(args.fixture, args.repeat, args.backends.split(",") if args.backends else None)
     if args.warm:
         bench_backends(args.fixture, args.repeat)
     if not args.skip_training:

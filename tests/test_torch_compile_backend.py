@@ -2,8 +2,8 @@
 C++ compiler it is reported missing in one line.
 
 The compiling test runs once per module (toy, fp32 and fp64: four graphs, about 2 minutes on a cold inductor cache,
-seconds on a warm one). Without torch or a C++ compiler it is skipped, which PARITY_REQUIRE_ALL_BACKENDS=1 (CI)
-turns into a failure (tests/conftest.py).
+seconds once they are precompiled); a second run loads them and traces nothing. Without torch or a C++ compiler it
+is skipped, which PARITY_REQUIRE_ALL_BACKENDS=1 (CI) turns into a failure (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import parity_harness._backends.registry
+import parity_harness._backends.torch_compile_backend as tcb
 import parity_harness._cli.main
 from parity_harness import api
 from parity_harness._backends.boundary import GuardedBackend
@@ -30,21 +31,38 @@ ENTRY = EntryPoint("torch-compile", "parity_harness._backends.torch_compile_back
                    parity_harness._backends.registry.GROUP)
 
 
+def _rows(report: Any) -> list[tuple[Any, ...]]:
+    """Every check of a report, timings left out: what two runs must agree on exactly."""
+    return sorted((r.precision, r.golden, r.case, r.tap, r.status, r.passed, r.max_abs) for r in report.results)
+
+
 @pytest.fixture(scope="module")
-def toy_report() -> tuple[Any, int]:
-    """One run of the backend on the toy in fp32 and fp64 through the API, and the graphs inductor compiled."""
+def toy_report() -> tuple[Any, int, list[str]]:
+    """One run of the backend on the toy in fp32 and fp64 through the API, the graphs dynamo traced in it, and
+    the kinds of graph the backend asked its cache for (loaded, or compiled and saved)."""
     pytest.importorskip("torch", reason="torch is not installed (pip install 'parity-harness[torch]')")
     if find_cxx() is None:
         pytest.skip(f"no C++ compiler ({cxx_name()!r}) on PATH: torch inductor needs one")
     from torch._dynamo.utils import counters
 
-    before = counters["stats"]["unique_graphs"]
-    report = api.run([TorchCompileBackend()], str(TOY), ["fp32", "fp64"], decoding=False)
-    return report, counters["stats"]["unique_graphs"] - before
+    asked: list[str] = []
+    real = tcb._load_or_compile
+
+    def spy(taps_of: Any, params: Any, tokens: Any, parts: dict[str, Any]) -> Any:
+        asked.append(f"{parts['precision']} {parts['graph']}")
+        return real(taps_of, params, tokens, parts)
+
+    tcb._load_or_compile = spy
+    try:
+        before = counters["stats"]["unique_graphs"]
+        report = api.run([TorchCompileBackend()], str(TOY), ["fp32", "fp64"], decoding=False)
+    finally:
+        tcb._load_or_compile = real
+    return report, counters["stats"]["unique_graphs"] - before, asked
 
 
-def test_it_passes_the_toy_in_fp32_and_fp64_on_every_tap(toy_report: tuple[Any, int]) -> None:
-    report, _graphs = toy_report
+def test_it_passes_the_toy_in_fp32_and_fp64_on_every_tap(toy_report: tuple[Any, int, list[str]]) -> None:
+    report, _graphs, _asked = toy_report
     assert report.passed, [(r.tap, r.case, r.max_abs) for r in report.results if not r.passed][:5]
     fixture = load_fixture(TOY)
     tiers = {(r.precision, r.golden) for r in report.results}
@@ -56,13 +74,69 @@ def test_it_passes_the_toy_in_fp32_and_fp64_on_every_tap(toy_report: tuple[Any, 
         assert all(r.status == "ok" and r.passed for r in rows), tier
 
 
-def test_every_length_is_served_by_few_compiled_graphs(toy_report: tuple[Any, int]) -> None:
-    """Dynamic in T: the toy's 8 distinct lengths take at most 2 graphs per precision (T = 1 specializes)."""
-    report, graphs = toy_report
+def test_every_length_is_served_by_two_graphs_per_precision(toy_report: tuple[Any, int, list[str]]) -> None:
+    """Dynamic in T: the toy's 8 distinct lengths take 2 graphs per precision (T = 1 specializes), each traced
+    at most once (none when the cache had them)."""
+    report, graphs, asked = toy_report
     fixture = load_fixture(TOY)
     assert len({len(c.tokens) for c in fixture.cases}) == 8
     assert {(r.backend, r.precision) for r in report.runs} == {("torch-compile", "fp32"), ("torch-compile", "fp64")}
-    assert 2 <= graphs <= 4, graphs  # at least one graph per precision (it compiled), never one per length
+    assert sorted(asked) == ["fp32 T=1", "fp32 T>=2", "fp64 T=1", "fp64 T>=2"], asked
+    assert graphs in (0, 4), graphs  # 0: all four loaded; 4: compiled (and saved); never one per length
+
+
+def test_a_second_run_loads_its_graphs_traces_nothing_and_agrees_exactly(
+        toy_report: tuple[Any, int, list[str]]) -> None:
+    from torch._dynamo.utils import counters
+
+    first, _graphs, _asked = toy_report
+    before = counters["stats"]["unique_graphs"]
+    again = api.run([TorchCompileBackend()], str(TOY), ["fp32", "fp64"], decoding=False)
+    assert counters["stats"]["unique_graphs"] - before == 0  # every graph loaded from the precompiled cache
+    assert again.passed and _rows(again) == _rows(first)
+
+
+def test_the_cache_key_is_the_content_a_graph_depends_on() -> None:
+    """Each part of what a graph was compiled from changes its entry's name; the cache's path is no part of it."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'parity-harness[torch]')")
+    fixture = load_fixture(TOY)
+    params = {"wte.weight": torch.zeros(12, 8, dtype=torch.float32)}
+    parts = tcb.key_parts(fixture.config, None, "fp32", params) | {"graph": tcb.graph_kind(False)}
+    key = tcb.graph_key(parts)
+    assert key == tcb.graph_key(dict(reversed(list(parts.items()))))  # canonical: order does not matter
+    assert str(inductor_cache_dir()) not in repr(parts)
+    changed = [
+        parts | {"graph": tcb.graph_kind(True)},
+        parts | {"precision": "fp64"},
+        parts | {"lens_rows": 2},
+        parts | {"config": {**parts["config"], "n_layer": 3}},
+        parts | {"params": {"wte.weight": [[13, 8], "torch.float32"]}},
+        parts | {"model_source": "0" * 64},
+        parts | {"backend_source": "0" * 64},
+        parts | {"torch": "0.0"},
+        parts | {"cpu_capability": "DEFAULT"},
+    ]
+    assert len({key, *(tcb.graph_key(p) for p in changed)}) == 1 + len(changed)
+    assert parts["model_source"] == tcb.source_sha256(__import__("parity_reference.model").model)
+
+
+def test_a_broken_cache_entry_is_compiled_again_and_replaced(toy_report: tuple[Any, int, list[str]],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from parity_reference.run import torch_params
+
+    first, _graphs, _asked = toy_report
+    fixture = load_fixture(TOY)
+    params = torch_params(fixture.weights(), "fp32")
+    parts = tcb.key_parts(fixture.config, fixture.lens_rows(), "fp32", params) | {"graph": tcb.graph_kind(True)}
+    entry = tcb.precompiled_dir() / f"{tcb.graph_key(parts)}.bin"
+    assert entry.is_file()  # the first run saved it
+    entry.write_bytes(b"not a compiled graph")
+    again = api.run([TorchCompileBackend()], str(TOY), ["fp32"], decoding=False)
+    assert again.passed and _rows(again) == [r for r in _rows(first) if r[0] == "fp32"]
+    with open(entry, "rb") as f:  # replaced by a graph that loads
+        assert torch.compiler.load_compiled_function(f) is not None
 
 
 def test_without_a_compiler_it_is_missing_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

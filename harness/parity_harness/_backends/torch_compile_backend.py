@@ -5,8 +5,17 @@ every tap is an output of one compiled graph (`fullgraph=True`: a graph break is
 silent fallback to eager PyTorch), with no hooks. Float32 and float64 (the float32 weights upcast,
 as the fp64 golden's are). Shapes are dynamic in the sequence length only (`mark_dynamic` on the
 tokens): one graph serves every T >= 2 and T = 1 gets its own (0/1 specialization), where static
-shapes compile one graph per distinct length (docs/backends.md has the times). A compile that would
-exceed the recompile limit fails instead of falling back to eager (`fail_on_recompile_limit_hit`).
+shapes compile one graph per distinct length (docs/backends.md has the times).
+
+Each graph is compiled ahead of time (`torch.compile(...).aot_compile`: dynamo traces once, inductor
+compiles) and saved in `parity-precompiled/` of inductor's cache directory under the SHA-256 of what
+it depends on (`key_parts`: the traced code's sources, the model's configuration, the dtype and the
+weights' shapes, torch, Python, the CPU and the compiler), so the next run loads it and traces
+nothing. A loaded graph runs only inside its guards (`guard_check`, else one line); an entry that
+does not load is compiled again and replaced. With inductor's caches disabled
+(`TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`) the graphs are compiled in the process, as `torch.compile`
+does, and a compile that would exceed the recompile limit fails instead of falling back to eager
+(`fail_on_recompile_limit_hit`).
 
 Inductor compiles its CPU kernels with a C++ compiler: the one torch looks for, `$CXX` or `g++`
 (`clang++` on macOS), must be on PATH, or the backend is reported missing in one line.
@@ -18,15 +27,20 @@ failure is one line naming the compiler's first error line.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
+import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -119,24 +133,145 @@ class TorchCompileBackend(Backend):
             model.forward(params, config, tokens, taps, lens_rows)
             return taps  # every tap an output of the graph
 
-        torch._dynamo.reset()  # a fresh cache per run: the recompile limit counts this run's graphs only
-        compiled = torch.compile(taps_of, backend="inductor", fullgraph=True)
-        lengths = len({len(c.tokens) for c in fixture.cases})
+        if torch._inductor.config.force_disable_caches:  # no cache to load from or save to: compile in process
+            graph_of = self._jit_graphs(taps_of, len({len(c.tokens) for c in fixture.cases}))
+        else:
+            parts = key_parts(config, lens_rows, precision, params)
+            graph_of = self._precompiled_graphs(taps_of, parts)
         for case in fixture.cases:
-            tokens = torch.tensor(list(case.tokens), dtype=torch.int64)
-            torch._dynamo.mark_dynamic(tokens, 0)  # dynamic in T only; the weights' shapes stay static
+            tokens = torch.tensor(list(case.tokens), dtype=torch.int64)  # (T,)
             with ExitStack() as stack:
                 stack.enter_context(_quiet())
-                stack.enter_context(torch._dynamo.config.patch(recompile_limit=lengths + 2,
-                                                               fail_on_recompile_limit_hit=True))
                 stack.enter_context(torch._inductor.config.patch(compile_threads=1))  # no worker pool
                 stack.enter_context(torch.no_grad())
                 try:
-                    taps = compiled(params, tokens)
+                    taps = graph_of(params, tokens)(params, tokens)
+                except BackendFailed:
+                    raise
                 except Exception as exc:  # the first line of a compile error is "C++ compile error": find the cause
                     raise BackendFailed(f"backend {self.name!r}: torch.compile failed on case {case.name!r}: "
                                         f"{compile_error_line(exc)}") from None
             yield case.name, {tap: np.ascontiguousarray(t.numpy()) for tap, t in taps.items()}
+
+    def _precompiled_graphs(self, taps_of: Callable[..., Any], parts: dict[str, Any]) -> GraphOf:
+        """Two graphs, T = 1 and T >= 2, each loaded from the cache of precompiled graphs or compiled and saved."""
+        graphs: dict[bool, Any] = {}
+
+        def graph_of(params: dict[str, Any], tokens: Any) -> Callable[..., Any]:
+            single = int(tokens.shape[0]) == 1
+            graph = graphs.get(single)
+            if graph is None:
+                kind = {"graph": graph_kind(single)}
+                graph = graphs[single] = _load_or_compile(taps_of, params, tokens, parts | kind)
+            if not graph.guard_check(params, tokens):  # never run a graph outside its guards: one line
+                raise BackendFailed(f"backend {self.name!r}: the graph compiled for {graph_kind(single)} does not "
+                                    f"serve T = {int(tokens.shape[0])} (its guards fail)")
+            run: Callable[..., Any] = graph
+            return run
+
+        return graph_of
+
+    def _jit_graphs(self, taps_of: Callable[..., Any], lengths: int) -> GraphOf:
+        """Without inductor's caches: one `torch.compile` in this process, dynamic in T, no silent fallback."""
+        import torch
+
+        torch._dynamo.reset()  # a fresh cache per run: the recompile limit counts this run's graphs only
+        compiled = torch.compile(taps_of, backend="inductor", fullgraph=True)
+
+        def graph_of(params: dict[str, Any], tokens: Any) -> Callable[..., Any]:
+            torch._dynamo.mark_dynamic(tokens, 0)  # dynamic in T only; the weights' shapes stay static
+
+            def run(params: dict[str, Any], tokens: Any) -> Any:
+                with torch._dynamo.config.patch(recompile_limit=lengths + 2, fail_on_recompile_limit_hit=True):
+                    return compiled(params, tokens)
+
+            return run
+
+        return graph_of
+
+
+GraphOf = Callable[[dict[str, Any], Any], Callable[..., Any]]  # (params, tokens) -> the graph that runs them
+
+
+def graph_kind(single: bool) -> str:
+    """The two graphs of a precision: dynamo specializes T = 1, and one graph dynamic in T serves every T >= 2."""
+    return "T=1" if single else "T>=2"
+
+
+def precompiled_dir() -> Path:
+    """Where precompiled graphs go: `parity-precompiled` in inductor's cache directory (`inductor_cache_dir`)."""
+    return inductor_cache_dir() / "parity-precompiled"
+
+
+def source_sha256(module: ModuleType) -> str:
+    """The SHA-256 of a module's source file: a graph traced from changed code is never loaded."""
+    return hashlib.sha256(Path(inspect.getfile(module)).read_bytes()).hexdigest()
+
+
+def key_parts(config: Any, lens_rows: int | None, precision: Precision, params: dict[str, Any]) -> dict[str, Any]:
+    """Everything a compiled graph depends on, but its kind (T = 1 or T >= 2): the code traced, the model's
+    configuration, the dtype and every weight's shape, and the software and CPU it was compiled for."""
+    import platform
+
+    import torch
+
+    from parity_reference import model
+
+    return {
+        "format": 1,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cxx": find_cxx(),
+        "model_source": source_sha256(model),
+        "backend_source": source_sha256(sys.modules[__name__]),
+        "config": dataclasses.asdict(config),
+        "lens_rows": lens_rows,
+        "precision": precision,
+        "params": {name: [list(t.shape), str(t.dtype)] for name, t in sorted(params.items())},
+    }
+
+
+def graph_key(parts: dict[str, Any]) -> str:
+    """The cache entry's name: the SHA-256 of `parts` as canonical JSON (content, never a path)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens: Any, parts: dict[str, Any]) -> Any:
+    """The graph of `parts` from the cache when it is there and its guards accept `tokens`, else compiled now
+    (`aot_compile`: dynamo traces once, inductor compiles) and saved for the next run; a broken or stale entry
+    is compiled again and replaced, an unwritable cache only costs the next run its compile."""
+    import torch
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+
+    path = precompiled_dir() / f"{graph_key(parts)}.bin"
+    try:
+        with open(path, "rb") as f:
+            graph = torch.compiler.load_compiled_function(f)
+        if isinstance(graph, AOTCompiledFunction) and graph.guard_check(params, tokens):
+            return graph
+    except FileNotFoundError:
+        pass
+    except Exception as exc:  # broken, or unreadable by this torch: compile it again
+        _debug(f"precompiled graph {path.name} not loaded ({type(exc).__name__}: {exc}); compiling it again")
+    example = tokens.clone()  # (T,)
+    if int(example.shape[0]) > 1:
+        torch._dynamo.mark_dynamic(example, 0)  # dynamic in T only; the weights' shapes stay static
+    compiled = torch.compile(taps_of, backend="inductor", fullgraph=True)
+    graph = compiled.aot_compile(((params, example), {}))  # type: ignore[attr-defined]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        graph.save_compiled_function(str(path))  # written to a temp file, then renamed
+    except Exception as exc:
+        _debug(f"precompiled graph {path.name} not saved ({type(exc).__name__}: {exc})")
+    return graph
+
+
+def _debug(message: str) -> None:
+    """A cache's trouble costs time, never the verdict: said on stderr only when PARITY_DEBUG=1."""
+    if os.environ.get("PARITY_DEBUG") == "1":
+        print(f"parity: debug: torch-compile: {message}", file=sys.stderr)
 
 
 class _quiet:
