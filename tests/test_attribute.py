@@ -89,10 +89,11 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("where", ["toy", "mini"])
+# gpt2-mini's export (with its ONNX graphs) is tens of seconds: that case is in the full set (`nox -s full`).
+@pytest.mark.parametrize("where", ["toy", pytest.param("mini", marks=pytest.mark.full)])
 def test_keeping_the_dominant_layer_in_fp32_lowers_the_logits_error_as_predicted(
-        where: str, toy_dir: Path, mini: Path) -> None:
-    fixture = load_fixture(toy_dir if where == "toy" else mini)
+        where: str, toy_dir: Path, request: pytest.FixtureRequest) -> None:
+    fixture = load_fixture(toy_dir if where == "toy" else request.getfixturevalue("mini"))
     result = attribute(fixture, load_backend("pytorch"), "fp16")
     before, after = logits_units(fixture, []), logits_units(fixture, [result.dominant])
     assert before == pytest.approx(result.free_logits, rel=1e-9)  # the test backend with nothing kept is pytorch fp16

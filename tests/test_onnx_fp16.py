@@ -47,7 +47,8 @@ def _scale(name: str, factor: float) -> Callable[[Any], None]:
     return edit
 
 
-@pytest.mark.parametrize("which", ["toy", "gpt2-mini"])
+# gpt2-mini: the session's export (tests/conftest.py) is tens of seconds, so that case is in the full set.
+@pytest.mark.parametrize("which", ["toy", pytest.param("gpt2-mini", marks=pytest.mark.full)])
 def test_onnxruntime_fp16_passes_on_the_toy_and_gpt2_mini(which: str, toy_dir: Path, request: pytest.FixtureRequest
                                                           ) -> None:
     root = toy_dir if which == "toy" else request.getfixturevalue("gpt2_mini")
