@@ -155,8 +155,9 @@ def full_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
     Made once per pytest session, shared by every test that reads it, across xdist workers too (the first
     to need it runs it under a lock in the session's shared temporary directory; the others read its
-    result). The toy's is in the fast set (`nox -s tests` runs every built-in backend the default `parity run`
-    runs); the stress fixture's is marked full and also runs those that run only when named.
+    result). The toy's is in the fast set (every built-in backend the default `parity run` runs, but
+    torch-compile: tests/test_parity_full.py, `full_run_backends`); the stress fixture's is marked full and runs
+    every built-in backend.
     """
     from tests.test_parity_full import full_run_backends
 
