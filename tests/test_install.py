@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.test_parity_full import builtin_backends
+from tests.test_parity_full import NAMED_ONLY, builtin_backends
 
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
@@ -75,9 +75,10 @@ def test_parity_run_from_an_empty_directory_runs_every_builtin_backend(unpacked_
     toy = unpacked_wheel / "parity_harness" / "_toy_fixture"
     assert header.startswith(f"parity: fixture {toy} (12 cases, 43 taps)")
     assert builtin_backends() > BROWSER_BACKENDS
-    assert set(header.split("backends: ")[1].split(", ")) == builtin_backends() - BROWSER_BACKENDS
+    assert set(header.split("backends: ")[1].split(", ")) == builtin_backends() - BROWSER_BACKENDS - NAMED_ONLY
+    assert f"parity: run only when named (--backends): {', '.join(sorted(NAMED_ONLY))}" in proc.stdout.splitlines()
     skipped = [ln for ln in proc.stdout.splitlines() if ln.startswith("parity: skipped: ")]
-    assert len(skipped) == len(BROWSER_BACKENDS), skipped
+    assert len(skipped) == len(BROWSER_BACKENDS - NAMED_ONLY), skipped  # the default run never loads a named-only
     assert all("(a source checkout of parity)" in ln for ln in skipped), skipped
     assert proc.stdout.splitlines()[-1].startswith("PASS")
     assert list(empty.iterdir()) == []  # nothing written into the working directory
