@@ -103,6 +103,9 @@ def bench_toy(fixture_dir: str, repeat: int, only: list[str] | None = None) -> N
     sets = [(n, [n]) for n in available if only is None or n in only]
     pip = [n for n in PIP_BACKENDS if n in available]
     sets.append((f"the {len(pip)} pip backends", pip))
+    by_default = [n for n in available if load_backend(n).by_default]
+    if len(by_default) < len(available):  # what `parity run` runs without --backends (docs/adding-a-backend.md)
+        sets.append((f"the {len(by_default)} the default run runs", by_default))
     sets.append((f"all {len(available)} available built-in backends", available))
     print(f"parity run on {fixture_dir}: wall time of the whole process, median of {repeat}; the floor is timed "
           f"in this run the same way; {TOY_TARGETS}")
