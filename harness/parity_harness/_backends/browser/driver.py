@@ -280,13 +280,19 @@ def run_onnx_graph(who: str, fixture: Fixture, graph: OnnxGraph, optimization: s
     path = onnx_file(fixture, graph)  # FixtureError (exit 2) when the manifest lists no such graph
     names = expected_outputs(fixture.tap_names, graph)
     tensors, _ = run_to_file(who, "onnxruntime-web", fixture.root, [graph, optimization])
+    return graph_outputs(who, fixture, path.name, names, tensors)
+
+
+def graph_outputs(who: str, fixture: Fixture, graph_name: str, names: list[str],
+                  tensors: dict[str, np.ndarray]) -> BackendOutput:
+    """The page's tensors (`CASE/OUTPUT`) as {case: {output: float32}}; BackendFailed naming a missing one."""
     out: BackendOutput = {}
     for case in fixture.cases:
         out[case.name] = {}
         for name in names:
             value = tensors.get(f"{case.name}/{name}")
             if value is None:
-                raise BackendFailed(f"{who}: {path.name} gave no output {name!r} for case {case.name!r}")
+                raise BackendFailed(f"{who}: {graph_name} gave no output {name!r} for case {case.name!r}")
             out[case.name][name] = np.asarray(value, dtype=np.float32)
     return out
 

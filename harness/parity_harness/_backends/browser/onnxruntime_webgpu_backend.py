@@ -110,12 +110,4 @@ class OnnxRuntimeWebGpuBackend(Backend):
             f" (fallback adapter: {adapter.get('isFallbackAdapter')}); on the CPU provider: the {len(on_cpu)} nodes"
             f" of the float64 position table, and {len(cpu_nodes)} without a WebGPU kernel"
             f" ({', '.join(ops) or 'none'})")
-        out: BackendOutput = {}
-        for case in fixture.cases:
-            out[case.name] = {}
-            for name in names:
-                value = tensors.get(f"{case.name}/{name}")
-                if value is None:
-                    raise BackendFailed(f"{self.name}: {path.name} gave no output {name!r} for case {case.name!r}")
-                out[case.name][name] = np.asarray(value, dtype=np.float32)
-        return out
+        return browser.graph_outputs(self.name, fixture, path.name, names, tensors)
