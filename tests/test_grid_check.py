@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parity_harness._compare.judge import MIN_GRID_CANDIDATES, coarser_grid_message, judge_tensor, on_grid
+from parity_harness._compare.judge import MIN_GRID_CANDIDATES, coarser_grid_message, judge_tensor
+from parity_harness._core.precision import on_grid
 
 
 def _golden(n: int = 64, seed: int = 0) -> np.ndarray:

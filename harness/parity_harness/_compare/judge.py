@@ -35,14 +35,14 @@ from typing import cast
 
 import numpy as np
 
-from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced
+from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced, on_grid
 from parity_harness._core.status import Status
 
 OK, FAIL, NOT_SUPPORTED = Status.OK, Status.FAIL, Status.NOT_SUPPORTED
 
 # The coarser grids a declared precision's results must not all sit on, coarsest first, with their
 # significant bits (docs/tolerances.md, "Values on a coarser grid"); fp64 and bf16 have none checked.
-COARSER_GRIDS: dict[str, tuple[tuple[str, int], ...]] = {"fp32": (("bf16", 8), ("fp16", 11)),
+COARSER_GRIDS: dict[str, tuple[tuple[Precision, int], ...]] = {"fp32": (("bf16", 8), ("fp16", 11)),
                                                           "fp16": (("bf16", 8),)}
 # At least this many candidate cells (the golden off the coarser grid): an honest fp16 result lands on
 # bf16's grid with odds 1/8 a cell, so (1/8)^16 = 2^-48 for a false alarm; fp32 on bf16's, (2^-16)^16.
@@ -188,18 +188,6 @@ def judge_tensor(
         backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
         cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad, step,
     )
-
-
-def on_grid(x: np.ndarray, grid: str) -> np.ndarray:
-    """Which cells of a float32 array are finite values of `grid` ("bf16": the low 16 bits zero; "fp16":
-    x == f32(f16(x)) and |x| <= 65504)."""
-    finite = np.isfinite(x)
-    if grid == "bf16":
-        low_zero: np.ndarray = (x.view(np.uint32) & np.uint32(0xFFFF)) == 0
-        return np.asarray(finite & low_zero)
-    with np.errstate(over="ignore", invalid="ignore"):
-        exact: np.ndarray = (np.abs(x) <= MAX_FINITE["fp16"]) & (x.astype(np.float16).astype(np.float32) == x)
-    return np.asarray(finite & exact)
 
 
 def coarser_grid_message(actual: np.ndarray, expected: np.ndarray, precision: str) -> tuple[str, int] | None:

@@ -45,20 +45,27 @@ def is_reduced(precision: str) -> bool:
     return precision in REDUCED
 
 
+def on_grid(x: np.ndarray, grid: Precision) -> np.ndarray:
+    """Which cells of a float32 array are finite values of `grid`: "bf16", the float32's low 16 bits zero;
+    "fp16", x == f32(f16(x)) and |x| <= 65504 (a finite float32 beyond it would be inf in fp16)."""
+    finite = np.isfinite(x)
+    if grid == "bf16":
+        low_zero: np.ndarray = (x.view(np.uint32) & np.uint32(0xFFFF)) == 0
+        return np.asarray(finite & low_zero)
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact: np.ndarray = (np.abs(x) <= MAX_FINITE["fp16"]) & (x.astype(np.float16).astype(np.float32) == x)
+    return np.asarray(finite & exact)
+
+
 def unrepresentable(array: np.ndarray, precision: Precision) -> tuple[int, ...] | None:
     """The first finite cell of a float32 `array` that is not exactly representable in `precision`, or None.
 
     fp16: x == float32(float16(x)) (a finite float32 beyond 65504 is not: fp16 would hold inf);
-    bf16: the low 16 bits of the float32 are zero. Non-finite cells are left to the judge.
+    bf16: the low 16 bits of the float32 are zero (`on_grid`). Non-finite cells are left to the judge.
     """
     if not is_reduced(precision) or array.dtype != np.float32 or array.size == 0:
         return None
-    finite = np.isfinite(array)
-    if precision == "fp16":
-        with np.errstate(over="ignore"):
-            bad = finite & (array.astype(np.float16).astype(np.float32) != array)
-    else:
-        bad = finite & ((array.view(np.uint32) & np.uint32(0xFFFF)) != 0)
+    bad = np.isfinite(array) & ~on_grid(array, precision)
     if not bad.any():
         return None
     return tuple(int(i) for i in np.argwhere(bad)[0])
