@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._backends.onnx.graph import load_onnx
+from parity_harness._backends.onnx.load import first_line
 from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
@@ -110,9 +111,7 @@ def decode_steps(config: GPTConfig, path: Path, requests: list[DecodeRequest], n
         except FixtureError:
             raise
         except Exception as exc:  # the runtime raises many types; any crash is the backend's failure
-            text = str(exc).strip().splitlines()
-            raise BackendFailed(f"{path}: prompt {req.name!r} failed: {text[0] if text else type(exc).__name__}") \
-                from None
+            raise BackendFailed(f"{path}: prompt {req.name!r} failed: {first_line(exc)}") from None
         out[req.name] = steps_to_output(config.n_layer, steps)
     return out
 

@@ -59,6 +59,7 @@ def convert(data: bytes, path: Path, tap_names: Sequence[str],
     import onnx
 
     from parity_harness._backends.onnx.graph import check_onnx_model
+    from parity_harness._backends.onnx.load import first_line
     from parity_harness._core.errors import FixtureError
 
     convert_float_to_float16 = _converter()
@@ -66,7 +67,7 @@ def convert(data: bytes, path: Path, tap_names: Sequence[str],
         model = convert_float_to_float16(onnx.load_from_string(data), keep_io_types=False,
                                          op_block_list=list(OP_BLOCK_LIST))
     except Exception as exc:  # the converter raises what onnx raises (shape inference, ...)
-        raise BackendFailed(f"{path}: cannot convert the graph to fp16 ({_first_line(exc)})") from None
+        raise BackendFailed(f"{path}: cannot convert the graph to fp16 ({first_line(exc)})") from None
     if edit is not None:
         edit(model)
     try:
@@ -88,11 +89,6 @@ def _converter() -> Any:
     finally:
         sys.path[:] = saved
     return convert_float_to_float16
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def fp16_outputs(runner: Runner) -> Runner:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from parity_harness._backends.onnx.load import first_line
 from parity_harness._backends.onnx.load import load_onnx as load_onnx  # re-exported: the graph helpers' reader
 from parity_harness._core.errors import BackendFailed, FixtureError
 
@@ -141,7 +142,7 @@ def ort_runner(
         session = ort.InferenceSession(model if model is not None else str(path), sess_options=options,
                                        providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
-        raise BackendFailed(f"{path}: onnxruntime cannot load the graph ({_first_line(exc)})") from None
+        raise BackendFailed(f"{path}: onnxruntime cannot load the graph ({first_line(exc)})") from None
 
     def run(tokens: np.ndarray) -> list[np.ndarray]:
         return list(session.run(None, {INPUT_NAME: tokens}))
@@ -170,7 +171,7 @@ def run_cases(fixture: Fixture, path: Path, names: Sequence[str], runner: Runner
             values = runner(tokens)
         except Exception as exc:  # the runtimes raise many types; any crash is the backend's failure
             raise BackendFailed(
-                f"{path}: case {case.name!r} (T={len(tokens)}) failed: {_first_line(exc)}"
+                f"{path}: case {case.name!r} (T={len(tokens)}) failed: {first_line(exc)}"
             ) from None
         if len(values) != len(names):
             raise BackendFailed(f"{path}: returned {len(values)} outputs, expected {len(names)}")
@@ -178,8 +179,3 @@ def run_cases(fixture: Fixture, path: Path, names: Sequence[str], runner: Runner
             n: np.asarray(v).astype(np.float32, copy=False) for n, v in zip(names, values, strict=True)
         }
     return out
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -32,9 +32,14 @@ def load_onnx(path: Path) -> Any:
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FixtureError(f"{path}: not a valid ONNX model ({first})") from None
+        raise FixtureError(f"{path}: not a valid ONNX model ({first_line(exc)})") from None
     return model
 
 
-__all__ = ["load_onnx"]
+def first_line(exc: BaseException) -> str:
+    """The first line of what a library raised, or its type's name when it says nothing."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["first_line", "load_onnx"]
