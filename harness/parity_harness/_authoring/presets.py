@@ -15,7 +15,7 @@ What makes it scale (docs/tolerances.md, docs/fixture-format.md):
 `fp16-probe` is where the selftest's reduced-precision mutants are caught (docs/selftest.md): a large,
 flat vocabulary (V 4,096: probabilities ~ 1/4,096, the sum of a softmax ~ 4,096, past where a running
 fp16 sum stagnates) and two outlier dims of the residual stream, +-`PROBE_OUTLIER` at every position,
-put in the learned position table (`probe_weights`: the tied logits read wte, not wpe), so that each
+put in the learned position table (`Preset.outlier`, `preset_weights`: the tied logits read wte, not wpe), so that each
 LayerNorm's centered squares are 40,000 (under fp16's 65,504) and their running fp16 sum is not.
 Honest fp16 and bf16 pass it (docs/tolerances.md). Not committed: the selftest makes it in a
 temporary directory (`make_probe_fixture`, seeded: the same on every machine, without ONNX graphs).
@@ -53,7 +53,10 @@ class Preset:
     lengths: tuple[int, ...]  # one case per length: 1 token, a short one, a long one
     long_length: int  # the extra case of --long (the full context)
     what: str
+    outlier: float = 0.0  # +this on wpe's dim 0 and -this on dim 1, at every position (fp16-probe: PROBE_OUTLIER)
 
+
+PROBE_OUTLIER = 200.0  # fp16-probe: wpe dim 0 gets +200, dim 1 -200 at every position
 
 PRESETS: dict[str, Preset] = {
     "gpt2-small": Preset("gpt2-small", GPT2_SMALL, (1, 16, 128), 1024,
@@ -66,9 +69,9 @@ PRESETS: dict[str, Preset] = {
                          GPTConfig(vocab_size=4096, n_ctx=16, d_model=16, n_layer=2, n_head=2, d_mlp=64,
                                    positions="learned"),
                          (1, 5, 16), 16, "a flat vocabulary of 4,096 and +-200 outlier dims: where fp16 "
-                                         "accumulation bugs show (the selftest's reduced mutants)"),
+                                         "accumulation bugs show (the selftest's reduced mutants)",
+                         outlier=PROBE_OUTLIER),
 }
-PROBE_OUTLIER = 200.0  # fp16-probe: wpe dim 0 gets +200, dim 1 -200 at every position
 
 
 def init_weights(config: GPTConfig, seed: int) -> dict[str, np.ndarray]:
@@ -87,11 +90,12 @@ def init_weights(config: GPTConfig, seed: int) -> dict[str, np.ndarray]:
     return weights
 
 
-def probe_weights(config: GPTConfig, seed: int) -> dict[str, np.ndarray]:
-    """fp16-probe's weights: GPT-2's initialization, then +-PROBE_OUTLIER on wpe's dims 0 and 1 (every row)."""
-    weights = init_weights(config, seed)
-    weights["wpe.weight"][:, 0] += np.float32(PROBE_OUTLIER)  # (n_ctx,)
-    weights["wpe.weight"][:, 1] -= np.float32(PROBE_OUTLIER)  # (n_ctx,)
+def preset_weights(preset: Preset, seed: int) -> dict[str, np.ndarray]:
+    """A preset's weights: GPT-2's initialization, then +-`preset.outlier` on wpe's dims 0 and 1 (every row)."""
+    weights = init_weights(preset.config, seed)
+    if preset.outlier:
+        weights["wpe.weight"][:, 0] += np.float32(preset.outlier)  # (n_ctx,)
+        weights["wpe.weight"][:, 1] -= np.float32(preset.outlier)  # (n_ctx,)
     return weights
 
 
@@ -176,7 +180,7 @@ def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, prog
     preset = PRESETS[name]
     say: Progress = lambda message: progress(f"parity export: {message}")  # noqa: E731
     say(f"preset {name} ({preset.what}), seed {seed}")
-    weights = probe_weights(preset.config, seed) if name == "fp16-probe" else init_weights(preset.config, seed)
+    weights = preset_weights(preset, seed)
     lengths = (*preset.lengths, preset.long_length) if long else preset.lengths
     cases = make_cases(preset.config, lengths, seed)
     vocab = [f"<{i}>" for i in range(preset.config.vocab_size)]
@@ -184,11 +188,11 @@ def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, prog
         "preset": name, "seed": seed, "command": f"parity export --preset {name} --seed {seed}"
                                                  + (" --long" if long else ""),
         "weights": ("parity_harness._authoring.presets.init_weights: N(0, 0.02), residual projections "
-                    "0.02/sqrt(2 n_layer), PCG64(seed)" + (f"; wpe dims 0, 1 +-{PROBE_OUTLIER:g} (probe_weights)"
-                                                           if name == "fp16-probe" else "")),
+                    "0.02/sqrt(2 n_layer), PCG64(seed)" + (f"; wpe dims 0, 1 +-{preset.outlier:g} (preset_weights)"
+                                                           if preset.outlier else "")),
         "platform": current_platform(),
     }, say, with_onnx)
 
 
-__all__ = ["PRESETS", "SCALED_C", "export_preset", "init_weights", "make_probe_fixture", "probe_weights",
+__all__ = ["PRESETS", "SCALED_C", "export_preset", "init_weights", "make_probe_fixture", "preset_weights",
            "scaled_tolerances", "write_scaled_fixture"]
