@@ -61,7 +61,7 @@ def node_available() -> str:
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("PARITY_NODE", "PARITY_NODE_TIMEOUT", "PARITY_TS_DIR"):
+    for name in ("PARITY_NODE", "PARITY_NODE_TIMEOUT", "PARITY_TS_DIR", "PARITY_TS_THREADS"):
         monkeypatch.delenv(name, raising=False)
     yield
 
@@ -196,6 +196,17 @@ def test_bad_timeout_value(fixture: Fixture, monkeypatch: pytest.MonkeyPatch, no
     monkeypatch.setenv("PARITY_NODE_TIMEOUT", "soon")
     with pytest.raises(BackendFailed, match="PARITY_NODE_TIMEOUT"):
         TypeScriptBackend().run(fixture, "fp64")
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "2.5", "four", "65", "\u0663"])
+def test_bad_thread_count_is_one_line_before_node_starts(fixture: Fixture, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path, value: str) -> None:
+    started = tmp_path / "started"
+    monkeypatch.setenv("PARITY_NODE", str(_fake_node(tmp_path, f"touch {started}")))
+    monkeypatch.setenv("PARITY_TS_THREADS", value)
+    with pytest.raises(BackendFailed, match=r"^PARITY_TS_THREADS=.* must be a whole number from 1 to 64$"):
+        TypeScriptBackend().run(fixture, "fp64")
+    assert not started.exists()
 
 
 def test_node_on_path_is_version_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

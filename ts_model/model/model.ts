@@ -158,25 +158,38 @@ function param(params: Params, name: string): Tensor {
   return p;
 }
 
-/** x (T, n) @ w (n, m) + b (m): GPT-2's Conv1D. Sums over n in order, then adds the bias.
+// -- the matrix products ---------------------------------------------------------------------------
+//
+// `linear` and `linearTransposed` run their kernels through `products`: by default on this thread, over
+// every output column. A caller may install another engine (`useMatrixProducts`), such as
+// ../node/threads.ts, which splits the columns across worker threads: each cell is still computed by the
+// same kernel, over k in the same order, so the result does not depend on the engine, bit for bit.
+
+/** Which product: "linear", x (T, n) @ w (n, m); "linearTransposed", x (T, n) @ w^T for w (m, n). */
+export type ProductKind = "linear" | "linearTransposed";
+
+/** How the products run: `alloc` makes the arrays they read and write (parameters, outputs), `run`
+ * computes x @ w (or x @ w^T) into a fresh (T, m) array from `alloc`. */
+export interface MatrixProducts {
+  alloc(length: number): Float64Array;
+  run(kind: ProductKind, xd: Float64Array, wd: Float64Array, T: number, n: number, m: number): Float64Array;
+}
+
+/** Columns [j0, j1) of x (T, n) @ w (n, m) into od (T, m), which starts at zero.
  *
  * Four rows of x at a time share each row of w, so w is read T/4 times instead of T (at GPT-2 size
- * w is megabytes, beyond the caches); every output cell still starts at 0, adds x[t,k] * w[k,j] for
- * k = 0, 1, ... in order, then the bias: the same operations as one row at a time, bit for bit. */
-function linear(x: Tensor, w: Tensor, b: Tensor | null): Tensor {
-  const [T, n] = x.shape as [number, number];
-  const m = w.shape[1]!;
-  const out = zeros(T, m); // (T, m)
-  const xd = x.data;
-  const wd = w.data;
-  const od = out.data;
+ * w is megabytes, beyond the caches); every output cell starts at 0 and adds x[t,k] * w[k,j] for
+ * k = 0, 1, ... in order: the same operations as one cell at a time, bit for bit. */
+export function linearColumns(
+  xd: Float64Array, wd: Float64Array, od: Float64Array, T: number, n: number, m: number, j0: number, j1: number,
+): void {
   let t = 0;
   for (; t + 4 <= T; t += 4) {
     const r0 = t * m, r1 = r0 + m, r2 = r1 + m, r3 = r2 + m;
     for (let k = 0; k < n; k++) {
       const x0 = xd[t * n + k]!, x1 = xd[(t + 1) * n + k]!, x2 = xd[(t + 2) * n + k]!, x3 = xd[(t + 3) * n + k]!;
       const wrow = k * m;
-      for (let j = 0; j < m; j++) {
+      for (let j = j0; j < j1; j++) {
         const wkj = wd[wrow + j]!;
         od[r0 + j] += x0 * wkj;
         od[r1 + j] += x1 * wkj;
@@ -190,35 +203,25 @@ function linear(x: Tensor, w: Tensor, b: Tensor | null): Tensor {
     for (let k = 0; k < n; k++) {
       const xk = xd[t * n + k]!;
       const wrow = k * m;
-      for (let j = 0; j < m; j++) od[row + j] += xk * wd[wrow + j]!;
+      for (let j = j0; j < j1; j++) od[row + j] += xk * wd[wrow + j]!;
     }
   }
-  if (b !== null) {
-    const bd = b.data;
-    for (let r = 0; r < T * m; r += m) for (let j = 0; j < m; j++) od[r + j] += bd[j]!;
-  }
-  return out;
 }
 
-/** x (T, n) @ w^T for w (m, n): the tied unembedding against the token table.
+/** Columns [j0, j1) of x (T, n) @ w^T for w (m, n) into od (T, m).
  *
- * Two rows of w (two words) are dotted with four rows of x at a time, eight independent sums held
- * in registers: w, the whole vocabulary, is read T/4 times instead of T, and each value read is used
- * four or two times. Each dot product still runs over k in order from 0, as one cell at a time
- * would, bit for bit. */
-function linearTransposed(x: Tensor, w: Tensor): Tensor {
-  const [T, n] = x.shape as [number, number];
-  const m = w.shape[0]!;
-  const out = zeros(T, m); // (T, m)
-  const xd = x.data;
-  const wd = w.data;
-  const od = out.data;
+ * Two rows of w (two words) are dotted with four rows of x at a time, eight independent sums held in
+ * registers: w, the whole vocabulary for the unembedding, is read T/4 times instead of T. Each dot
+ * product runs over k in order from 0, as one cell at a time would, bit for bit. */
+export function linearTransposedColumns(
+  xd: Float64Array, wd: Float64Array, od: Float64Array, T: number, n: number, m: number, j0: number, j1: number,
+): void {
   let t = 0;
   for (; t + 4 <= T; t += 4) {
     const x0 = t * n, x1 = x0 + n, x2 = x1 + n, x3 = x2 + n;
     const r0 = t * m, r1 = r0 + m, r2 = r1 + m, r3 = r2 + m;
-    let j = 0;
-    for (; j + 2 <= m; j += 2) {
+    let j = j0;
+    for (; j + 2 <= j1; j += 2) {
       const wa = j * n, wb = wa + n;
       let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
       for (let k = 0; k < n; k++) {
@@ -230,7 +233,7 @@ function linearTransposed(x: Tensor, w: Tensor): Tensor {
       od[r0 + j] = a0; od[r1 + j] = a1; od[r2 + j] = a2; od[r3 + j] = a3;
       od[r0 + j + 1] = b0; od[r1 + j + 1] = b1; od[r2 + j + 1] = b2; od[r3 + j + 1] = b3;
     }
-    for (; j < m; j++) {
+    for (; j < j1; j++) {
       const wa = j * n;
       let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
       for (let k = 0; k < n; k++) {
@@ -241,13 +244,54 @@ function linearTransposed(x: Tensor, w: Tensor): Tensor {
     }
   }
   for (; t < T; t++) {
-    for (let j = 0; j < m; j++) {
+    for (let j = j0; j < j1; j++) {
       let acc = 0;
       for (let k = 0; k < n; k++) acc += xd[t * n + k]! * wd[j * n + k]!;
       od[t * m + j] = acc;
     }
   }
-  return out;
+}
+
+/** The kernel of each product, over a column range: what every engine runs. */
+export const PRODUCT_KERNELS: Readonly<Record<ProductKind, typeof linearColumns>> = {
+  linear: linearColumns,
+  linearTransposed: linearTransposedColumns,
+};
+
+/** This thread, every column. */
+export const SINGLE_THREAD: MatrixProducts = {
+  alloc: (length) => new Float64Array(length),
+  run(kind, xd, wd, T, n, m) {
+    const od = new Float64Array(T * m); // (T, m)
+    PRODUCT_KERNELS[kind](xd, wd, od, T, n, m, 0, m);
+    return od;
+  },
+};
+
+let products: MatrixProducts = SINGLE_THREAD;
+
+/** Run the matrix products (and allocate the parameters) with `engine` from now on; null: this thread. */
+export function useMatrixProducts(engine: MatrixProducts | null): void {
+  products = engine ?? SINGLE_THREAD;
+}
+
+/** x (T, n) @ w (n, m) + b (m): GPT-2's Conv1D. Sums over n in order, then adds the bias. */
+function linear(x: Tensor, w: Tensor, b: Tensor | null): Tensor {
+  const [T, n] = x.shape as [number, number];
+  const m = w.shape[1]!;
+  const od = products.run("linear", x.data, w.data, T, n, m); // (T, m)
+  if (b !== null) {
+    const bd = b.data;
+    for (let r = 0; r < T * m; r += m) for (let j = 0; j < m; j++) od[r + j] += bd[j]!;
+  }
+  return { shape: [T, m], data: od };
+}
+
+/** x (T, n) @ w^T for w (m, n): the tied unembedding against the token table. */
+function linearTransposed(x: Tensor, w: Tensor): Tensor {
+  const [T, n] = x.shape as [number, number];
+  const m = w.shape[0]!;
+  return { shape: [T, m], data: products.run("linearTransposed", x.data, w.data, T, n, m) }; // (T, m)
 }
 
 /** Softmax over the last axis, as torch.softmax: exp(x - max) / sum. -inf cells give 0. */
@@ -684,7 +728,8 @@ export function loadParams(raw: ReadonlyMap<string, RawTensor>, config: GPTConfi
     if (t.shape.length !== shape.length || t.shape.some((s, i) => s !== shape[i])) {
       throw new Error(`tensor '${name}' has shape [${t.shape.join(", ")}], expected [${shape.join(", ")}]`);
     }
-    const data = new Float64Array(t.data); // float32 -> float64 is exact (the typed-array copy, not an iterator)
+    const data = products.alloc(t.data.length); // where the matrix products can read it (`useMatrixProducts`)
+    data.set(t.data); // float32 -> float64 is exact (one native copy, not an iterator)
     if (!allFinite(data)) throw new Error(`tensor '${name}' has non-finite values (NaN or Inf)`);
     params.set(name, { shape, data });
   }

@@ -7,12 +7,27 @@
 // writes every tap of every case to one safetensors file: F64 tensors under "{case}/{tap}" in
 // the manifest's order, masked attention scores as -Infinity. On any error: one line on stderr
 // and exit code 2 (bad input) or 1 (anything else).
+//
+// From 1 M parameters on, the matrix products run on several threads (./threads.ts: PARITY_TS_THREADS,
+// default the machine's available parallelism, at most 4); the numbers are the same bit for bit.
 
 import { FixtureError } from "../model/fixture.ts";
+import { paramShapes, useMatrixProducts } from "../model/model.ts";
+import type { GPTConfig } from "../model/model.ts";
 import { computeAllTaps, computeCaseTaps } from "../model/taps.ts";
 import { readFixture, readParams } from "./fixture-files.ts";
 import { writeSafetensors } from "./safetensors-files.ts";
 import { runMain } from "./entry.ts";
+import { threadCount, threadedProducts } from "./threads.ts";
+
+/** From this many parameters on, the matrix products run on several threads. */
+const THREADED_PARAMETERS = 1_000_000;
+
+function parameterCount(config: GPTConfig): number {
+  let n = 0;
+  for (const shape of paramShapes(config).values()) n += shape.reduce((a, b) => a * b, 1);
+  return n;
+}
 
 function main(argv: readonly string[]): void {
   const perCase = argv.length === 3 && argv[2] === "--per-case";
@@ -21,13 +36,21 @@ function main(argv: readonly string[]): void {
   }
   const [fixtureDir, outPath] = argv as [string, string];
   const fixture = readFixture(fixtureDir);
-  const params = readParams(fixture);
-  const meta = { producer: "parity ts_model/node/run.ts", precision: "fp64" };
-  if (perCase) {
-    fixture.cases.forEach((c, i) => writeSafetensors(`${outPath}.${i}`, computeCaseTaps(fixture, params, c), meta));
-    return;
+  const threads = parameterCount(fixture.config) >= THREADED_PARAMETERS ? threadCount() : 1;
+  const engine = threads > 1 ? threadedProducts(threads) : null;
+  useMatrixProducts(engine); // before the parameters are read: they are allocated where every thread can see them
+  try {
+    const params = readParams(fixture);
+    const meta = { producer: "parity ts_model/node/run.ts", precision: "fp64" };
+    if (perCase) {
+      fixture.cases.forEach((c, i) => writeSafetensors(`${outPath}.${i}`, computeCaseTaps(fixture, params, c), meta));
+      return;
+    }
+    writeSafetensors(outPath, computeAllTaps(fixture, params), meta);
+  } finally {
+    useMatrixProducts(null);
+    engine?.close();
   }
-  writeSafetensors(outPath, computeAllTaps(fixture, params), meta);
 }
 
 runMain("run.ts", main);

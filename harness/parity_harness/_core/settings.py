@@ -1,7 +1,10 @@
-"""parity's numeric environment variables, read by one rule: a positive, finite number of seconds.
+"""parity's numeric environment variables, each read by one rule; anything else is one line naming the
+variable (BackendFailed, exit 2).
 
-`PARITY_NODE_TIMEOUT` (the Node backends) and `PARITY_BROWSER_TIMEOUT` (the browser backends) go
-through `seconds_from_env`; anything else is one line naming the variable (BackendFailed, exit 2).
+- seconds, a positive finite number (`seconds_from_env`): `PARITY_NODE_TIMEOUT` (the Node backends),
+  `PARITY_BROWSER_TIMEOUT` (the browser backends);
+- a count, a whole number in a range (`count_from_env`): `PARITY_TS_THREADS` (the typescript backend's
+  threads at GPT-2 size, which Node reads again).
 """
 
 from __future__ import annotations
@@ -24,3 +27,13 @@ def seconds_from_env(name: str, default: float) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise BackendFailed(f"{name}={raw!r} must be a positive number of seconds")
     return value
+
+
+def count_from_env(name: str, low: int, high: int) -> int | None:
+    """`$name` as a whole number in [low, high], None when unset or empty; BackendFailed otherwise."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= high):
+        raise BackendFailed(f"{name}={raw!r} must be a whole number from {low} to {high}")
+    return int(raw)

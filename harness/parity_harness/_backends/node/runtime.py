@@ -11,7 +11,8 @@ Which Node (the first that exists):
    22 line, >= 23.6 after).
 Other settings: `PARITY_TS_DIR` (a directory laid out as `ts_model/`: the model in `model/`, the Node
 entry points in `node/`; default `ts_model/` of the checkout, or its copy installed with parity) and
-`PARITY_NODE_TIMEOUT` (seconds, default 120 plus 2 s per million parameters).
+`PARITY_NODE_TIMEOUT` (seconds, default 120 plus 2 s per million parameters); the typescript backend also
+checks `PARITY_TS_THREADS` (ts_model/node/threads.ts).
 """
 
 from __future__ import annotations

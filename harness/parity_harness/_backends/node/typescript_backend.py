@@ -27,10 +27,16 @@ from parity_harness._backends.node.runtime import (
     ts_script,
 )
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
+from parity_harness._core.settings import count_from_env
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
+
+
+# Threads for the matrix products from 1 M parameters on (ts_model/node/threads.ts; default: the machine's
+# available parallelism, at most 4). The numbers do not depend on it, bit for bit.
+THREADS_VARIABLE = "PARITY_TS_THREADS"
 
 
 class TypeScriptBackend(Backend):
@@ -60,6 +66,7 @@ class TypeScriptBackend(Backend):
         if not script.is_file():
             raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding node/run.ts)")
         timeout = timeout_seconds(fixture)
+        count_from_env(THREADS_VARIABLE, 1, 64)  # run.ts reads it again; a bad value is one line here (exit 2)
         with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
             out_path = Path(tmp) / "taps.safetensors"
             args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path), "--per-case"]
