@@ -105,6 +105,26 @@ def test_float64_weights_stay_float64(toy_dir: Path) -> None:
     assert torch.equal(model.blocks[0].attn.W_Q[1].detach(), c_attn[:, dh:2 * dh])
 
 
+def test_a_parameter_copied_or_recast_while_loading_is_refused(toy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load check is real: a loader that copies instead of assigning (here: torch's own default, assign=False,
+    into parameters made in float32) fails with the parameter's name."""
+    _require()
+    import torch
+
+    from parity_harness._backends.transformerlens_backend import tl_model
+    from parity_harness._core.errors import BackendFailed
+
+    real = torch.nn.Module.load_state_dict
+
+    def copying(self: torch.nn.Module, state: Any, strict: bool = True, assign: bool = False) -> Any:
+        return real(self, state, strict=strict, assign=False)
+
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict", copying)
+    fixture = load_fixture(toy_dir)
+    with pytest.raises(BackendFailed, match=r"^TransformerLens changed parameter '.+' while loading it"):
+        tl_model(dict(fixture.weights()), fixture.config, "fp64")
+
+
 def _processing_loader(weights: dict[str, np.ndarray], config: Any, precision: Any) -> Any:
     """TransformerLens' own loader, every processing flag off: what the backend deliberately does not use."""
     import torch

@@ -12,8 +12,8 @@ rounded once to the dtype) is loaded as `W_pos`; a learned one's `wpe` is. Embed
 The weights are set with `load_state_dict`, never `load_and_process_state_dict`: TransformerLens'
 weight processing (`ProcessWeights.process_weights`) casts every non-float32 tensor to float32 and
 back, even with fold_ln, centering and value-bias folding all off, so float64 would be float32 in
-disguise (docs/backends.md, "transformerlens", shows it with one command). After loading, every
-parameter is checked to be bit-for-bit the array given, in the precision's dtype.
+disguise (docs/backends.md, "transformerlens", shows it with one command). They are assigned, not
+copied; after loading, every parameter is checked to be the very tensor given, in the precision's dtype.
 
 Taps come from `run_with_cache`: TransformerLens' hook names are parity's tap names, and their
 shapes (batch axis dropped) are the spec's. `logits` is the model's output, `probs` its softmax, and
@@ -113,8 +113,9 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
 def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Precision) -> Any:
     """A HookedTransformer in eval mode holding exactly the fixture's weights in the precision's dtype.
 
-    Loaded with `load_state_dict`, not `load_and_process_state_dict` (which rounds float64 through
-    float32); then every parameter is checked to be the tensor given, bit for bit.
+    Loaded with `load_state_dict(assign=True)`, not `load_and_process_state_dict` (which rounds float64
+    through float32); then every parameter is checked to be the very tensor given (its dtype, shape and
+    memory), so it holds the converted weights bit for bit.
     """
     import torch
 
@@ -130,9 +131,11 @@ def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
         raise BackendFailed(f"TransformerLens' parameters differ from the converted weights: "
                             f"unfilled {missing[:3]}, unknown {extra[:3]}")
     with torch.no_grad():
-        model.load_state_dict(state, strict=False)  # copies into the dtype's parameters; buffers keep theirs
+        # assign: each parameter becomes the tensor given (no copy into the freshly made one); buffers keep theirs
+        model.load_state_dict(state, strict=False, assign=True)
     for name, p in model.named_parameters():
-        if p.dtype != dtype or not torch.equal(p, state[name]):
+        given = state[name]
+        if p.dtype != dtype or p.shape != given.shape or p.data_ptr() != given.data_ptr():
             raise BackendFailed(f"TransformerLens changed parameter {name!r} while loading it ({p.dtype})")
     return model.eval()
 
