@@ -155,18 +155,28 @@ class TorchCompileBackend(Backend):
 
     def _precompiled_graphs(self, taps_of: Callable[..., Any], parts: dict[str, Any]) -> GraphOf:
         """Two graphs, T = 1 and T >= 2, each loaded from the cache of precompiled graphs or compiled and saved."""
-        graphs: dict[bool, Any] = {}
+        import torch
+
+        graphs: dict[bool, tuple[Any, bool]] = {}  # T = 1 or not -> (graph, loaded from the cache)
 
         def graph_of(params: dict[str, Any], tokens: Any) -> Callable[..., Any]:
             single = int(tokens.shape[0]) == 1
-            graph = graphs.get(single)
-            if graph is None:
+            entry = graphs.get(single)
+            if entry is None:
                 kind = {"graph": graph_kind(single)}
-                graph = graphs[single] = _load_or_compile(taps_of, params, tokens, parts | kind)
+                entry = graphs[single] = _load_or_compile(taps_of, params, tokens, parts | kind)
+            graph, loaded = entry
             if not graph.guard_check(params, tokens):  # never run a graph outside its guards: one line
                 raise BackendFailed(f"backend {self.name!r}: the graph compiled for {graph_kind(single)} does not "
                                     f"serve T = {int(tokens.shape[0])} (its guards fail)")
-            run: Callable[..., Any] = graph
+            if not loaded:
+                compiled: Callable[..., Any] = graph
+                return compiled
+
+            def run(*args: Any) -> Any:  # its kernels load on the first call: the ISAs as when it was compiled
+                with torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
+                    return graph(*args)
+
             return run
 
         return graph_of
@@ -238,19 +248,26 @@ def graph_key(parts: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens: Any, parts: dict[str, Any]) -> Any:
-    """The graph of `parts` from the cache when it is there and its guards accept `tokens`, else compiled now
-    (`aot_compile`: dynamo traces once, inductor compiles) and saved for the next run; a broken or stale entry
-    is compiled again and replaced, an unwritable cache only costs the next run its compile."""
+def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens: Any,
+                     parts: dict[str, Any]) -> tuple[Any, bool]:
+    """(the graph of `parts`, whether it was loaded): from the cache when it is there and its guards accept
+    `tokens`, else compiled now (`aot_compile`: dynamo traces once, inductor compiles) and saved for the next
+    run; a broken or stale entry is compiled again and replaced, an unwritable cache only costs the next run
+    its compile.
+
+    Loading, and on a loaded graph's first call (its kernels load then), inductor would probe every vector
+    ISA the CPU advertises again: a compile and a child Python per ISA, 1.6 s of a toy run. A loaded entry
+    was compiled after those probes passed, for this CPU capability, compiler, torch and Python (its key),
+    so the ISAs are taken as they were then (`cpp.vec_isa_ok`); a graph compiled here probes as usual."""
     import torch
     from torch._dynamo.aot_compile import AOTCompiledFunction
 
     path = precompiled_dir() / f"{graph_key(parts)}.bin"
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
             graph = torch.compiler.load_compiled_function(f)
         if isinstance(graph, AOTCompiledFunction) and graph.guard_check(params, tokens):
-            return graph
+            return graph, True
     except FileNotFoundError:
         pass
     except Exception as exc:  # broken, or unreadable by this torch: compile it again
@@ -265,7 +282,7 @@ def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens
         graph.save_compiled_function(str(path))  # written to a temp file, then renamed
     except Exception as exc:
         _debug(f"precompiled graph {path.name} not saved ({type(exc).__name__}: {exc})")
-    return graph
+    return graph, False
 
 
 def _debug(message: str) -> None:
