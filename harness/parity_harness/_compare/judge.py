@@ -24,18 +24,21 @@ The rules (docs/spec.md, section 3):
   computed in bf16" (`coarser_grid_message`): fp32 declared, bf16's grid (the float32's low 16 bits
   zero) or fp16's (x == f32(f16(x)), |x| <= 65504); fp16 declared, bf16's grid. After overflow and
   NaN, before the tolerance: it names the cause where the tolerance alone may not see it.
-Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`.
+Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`. The comparison makes
+no tensor-sized temporaries (`_measure`: slices in reused work rows, cell for cell the rule above);
+tests/test_compare.py holds the whole-array version it replaced as its oracle.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
 
-from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced, on_grid
+from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced, off_grid
 from parity_harness._core.status import Status
 
 OK, FAIL, NOT_SUPPORTED = Status.OK, Status.FAIL, Status.NOT_SUPPORTED
@@ -68,6 +71,34 @@ def _cell(x: np.ndarray, index: tuple[int, ...]) -> float:
 
 def compare_tensors(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> TensorComparison:
     """Compare a candidate tensor with a golden one under the rules above."""
+    return _compare(actual, expected, atol, rtol)
+
+
+# Cells per slice of `_measure`: three float64 work rows of 512 KiB, allocated once per thread and reused
+# by every check, so a large tap costs no fresh (page-faulting) temporaries and each pass stays in cache.
+_CHUNK = 1 << 16
+_F64 = np.dtype(np.float64)
+
+
+class _Scratch(threading.local):
+    """The work rows of `_measure`, one set per thread."""
+
+    def __init__(self) -> None:
+        self.rows = np.empty((3, _CHUNK))
+
+
+_SCRATCH = _Scratch()
+
+
+def _compare(actual: object, expected: np.ndarray, atol: float, rtol: float,
+             actual_as: np.dtype | None = None, expected_as: np.dtype | None = None) -> TensorComparison:
+    """`compare_tensors(actual.astype(actual_as), expected.astype(expected_as), atol, rtol)` without the copies.
+
+    `*_as` is float64 or None (the side's own dtype): the judge compares a float32 side in float64 (a
+    float64 result against the float32 golden, fp16 and bf16 containers). Every side is judged in
+    float64: a float32 array is cast cell by cell inside the ufuncs (`dtype=float64`), exactly as a
+    float64 copy would hold it; any other dtype is copied to float64 as before.
+    """
     if not isinstance(actual, np.ndarray):
         return TensorComparison(False, math.inf, math.inf, math.inf, message=f"not an array ({type(actual).__name__})")
     if actual.shape != expected.shape:
@@ -75,51 +106,125 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, atol: float, rtol:
             False, math.inf, math.inf, math.inf,
             message=f"shape {list(actual.shape)} != expected {list(expected.shape)}",
         )
-    if actual.dtype != expected.dtype:
-        return TensorComparison(
-            False, math.inf, math.inf, math.inf, message=f"dtype {actual.dtype} != expected {expected.dtype}"
-        )
+    a_dtype = actual.dtype if actual_as is None else actual_as
+    b_dtype = expected.dtype if expected_as is None else expected_as
+    if a_dtype != b_dtype:
+        return TensorComparison(False, math.inf, math.inf, math.inf, message=f"dtype {a_dtype} != expected {b_dtype}")
     if actual.size == 0:
         return TensorComparison(True)
-    a = actual.astype(np.float64)
-    b = expected.astype(np.float64)
+    a, b = _flat64(actual), _flat64(expected)
+    guard = atol if atol > 0 else float(np.finfo(b_dtype).tiny) if b_dtype.kind == "f" else None
+    # One pass learns whether everything is finite: |a - b| is finite in every cell iff both sides are
+    # (an overflowing a - b of two finite float64s, too, takes the careful path).
+    found = _measure(a, b, atol, rtol, guard, masked=False) if guard is not None else None
+    if found is None:
+        failure = _structural(a, b, actual.shape)
+        if failure is not None:
+            return failure
+        if guard is None:  # not a float dtype: what the original raised (ValueError) or computed
+            guard = float(np.finfo(b_dtype).tiny)
+        found = _measure(a, b, atol, rtol, guard, masked=True)
+        assert found is not None
+    max_abs, max_rel, min_atol, worst, n_bad = found
+    idx = [int(i) for i in np.unravel_index(worst, actual.shape)]
+    return TensorComparison(not n_bad, max_abs, max_rel, min_atol, idx, float(a[worst]), float(b[worst]), n_bad)
+
+
+def _flat64(x: np.ndarray) -> np.ndarray:
+    """`x` flattened (C order, a view when it can be), as float32 or float64: what judging in float64 reads."""
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float64)
+    return x.reshape(-1)
+
+
+def _structural(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...]) -> TensorComparison | None:
+    """The NaN and infinity rules on flat `a`, `b` (first the candidate's NaNs, then the golden's, then
+    infinities): the failure, or None when every infinity is matched by the same one."""
     for side, x in (("candidate", a), ("golden", b)):
         nan = np.isnan(x)
         if nan.any():
-            idx = tuple(int(i) for i in np.argwhere(nan)[0])
-            return TensorComparison(
-                False, math.inf, math.inf, math.inf, list(idx), _cell(a, idx), _cell(b, idx),
-                int(nan.sum()), f"NaN in the {side} at {list(idx)}",
-            )
-    inf_a, inf_b = np.isinf(a), np.isinf(b)
-    inf_mismatch = (inf_a | inf_b) & ~(inf_a & inf_b & (np.sign(a) == np.sign(b)))
-    if inf_mismatch.any():
-        idx = tuple(int(i) for i in np.argwhere(inf_mismatch)[0])
-        return TensorComparison(
-            False, math.inf, math.inf, math.inf, list(idx), _cell(a, idx), _cell(b, idx),
-            int(inf_mismatch.sum()), f"infinity mismatch at {list(idx)}: {_cell(a, idx)} vs {_cell(b, idx)}",
-        )
-    finite = ~inf_b
-    diff = np.abs(np.subtract(a, b, out=np.zeros_like(a), where=finite))  # 0 at matching infinities
-    abs_b = np.abs(np.where(finite, b, 0.0))
-    allowed = atol + rtol * abs_b
-    excess = diff - allowed  # > 0 where a cell breaks tolerance
-    bad = excess > 0
-    guard = atol if atol > 0 else float(np.finfo(expected.dtype).tiny)
-    with np.errstate(over="ignore"):  # a huge error over a tiny guard is inf: the right answer
-        rel = diff / np.maximum(abs_b, guard)
-    worst = np.unravel_index(int(np.argmax(excess if bad.any() else diff)), diff.shape)
-    idx = tuple(int(i) for i in worst)
-    return TensorComparison(
-        passed=not bad.any(),
-        max_abs=float(diff.max()),
-        max_rel=float(rel.max()),
-        min_atol=float(np.maximum(diff - rtol * abs_b, 0.0).max()),
-        index=list(idx),
-        actual=_cell(a, idx),
-        expected=_cell(b, idx),
-        n_bad=int(bad.sum()),
-    )
+            return _failure(nan, a, b, shape, f"NaN in the {side} at {{}}")
+    # No NaN is left: a cell is an infinity mismatch iff either side is infinite and they differ (the
+    # same infinity compares equal; the other infinity, or any finite value, does not).
+    mismatch = np.isinf(a)
+    mismatch |= np.isinf(b)
+    mismatch &= a != b
+    if mismatch.any():
+        return _failure(mismatch, a, b, shape, "infinity mismatch at {}: {} vs {}")
+    return None
+
+
+def _failure(mask: np.ndarray, a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], what: str) -> TensorComparison:
+    """A structural failure at the first cell of `mask` (C order); `what` formats index, candidate, golden."""
+    first = int(np.argmax(mask))
+    idx = [int(i) for i in np.unravel_index(first, shape)]
+    x, y = float(a[first]), float(b[first])
+    return TensorComparison(False, math.inf, math.inf, math.inf, idx, x, y, int(np.count_nonzero(mask)),
+                            what.format(idx, x, y))
+
+
+def _measure(a: np.ndarray, b: np.ndarray, atol: float, rtol: float, guard: float,
+             masked: bool) -> tuple[float, float, float, int, int] | None:
+    """(max_abs, max_rel, min_atol, worst flat cell, n_bad) of flat `a` against `b`, a slice at a time.
+
+    Cell for cell the whole-array rule, in its floating-point order: diff = |a - b|, abs_b = |b| (both 0
+    where b is infinite, when `masked`: the infinities are matched), rel = diff / max(abs_b, guard),
+    min_atol = max(diff - rtol * abs_b, 0), excess = diff - (atol + rtol * abs_b), a breach where
+    excess > 0; the worst cell is the first largest excess when a cell breaches, else the first
+    largest diff. Maxima over slices are maxima over the whole (NaN propagates; the first slice holding
+    the largest holds its first cell). Not `masked`: None as soon as a difference is not finite.
+    """
+    rows = _SCRATCH.rows
+    abs_max: list[float] = []
+    abs_at: list[int] = []
+    rel_max: list[float] = []
+    atol_max: list[float] = []
+    excess_max: list[float] = []
+    excess_at: list[int] = []
+    n_bad = 0
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf, and a huge error over a tiny guard (inf)
+        for start in range(0, a.size, _CHUNK):
+            x, y = a[start:start + _CHUNK], b[start:start + _CHUNK]
+            diff, t, u = rows[0, :x.size], rows[1, :x.size], rows[2, :x.size]
+            np.subtract(x, y, out=diff, dtype=np.float64)
+            np.abs(diff, out=diff)
+            if masked:
+                inf_b = np.isinf(y)
+                np.copyto(diff, 0.0, where=inf_b)
+            i = int(np.argmax(diff))
+            if not masked and not math.isfinite(diff[i]):
+                return None
+            abs_max.append(float(diff[i]))
+            abs_at.append(start + i)
+            np.abs(y, out=t, dtype=np.float64)  # abs_b
+            if masked:
+                np.copyto(t, 0.0, where=inf_b)
+            np.maximum(t, guard, out=u)
+            np.divide(diff, u, out=u)  # rel
+            rel_max.append(float(u.max()))
+            np.multiply(t, rtol, out=t)  # rtol * abs_b
+            np.subtract(diff, t, out=u)
+            np.maximum(u, 0.0, out=u)  # what min_atol is the largest of
+            atol_max.append(float(u.max()))
+            np.add(t, atol, out=t)  # allowed = atol + rtol * abs_b
+            np.subtract(diff, t, out=t)  # excess
+            j = int(np.argmax(t))
+            excess_max.append(float(t[j]))
+            excess_at.append(start + j)
+            if not t[j] <= 0.0:  # a breach (or a NaN) in this slice: count them
+                n_bad += int(np.count_nonzero(t > 0.0))
+    worst = excess_at[_first_max(excess_max)] if n_bad else abs_at[_first_max(abs_max)]
+    return _max(abs_max), _max(rel_max), _max(atol_max), worst, n_bad
+
+
+def _max(values: list[float]) -> float:
+    """The largest of `values`, NaN if any is (as `ndarray.max` of the whole)."""
+    return values[0] if len(values) == 1 else float(np.max(values))
+
+
+def _first_max(values: list[float]) -> int:
+    """Where the first largest of `values` is, the first NaN if any (as `np.argmax` of the whole)."""
+    return 0 if len(values) == 1 else int(np.argmax(values))
 
 
 @dataclass
@@ -169,18 +274,18 @@ def judge_tensor(
             return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
                                math.inf, message=f"dtype {actual.dtype} != expected {container} ({precision} results "
                                f"are {container} arrays holding {precision} values)", step=step)
+    # Judged in float64 without the copies: a reduced result's float32 container and either golden, and
+    # the golden of another tier (the float32 golden of a float64 result).
+    reduced = is_reduced(precision)
+    as_f64 = reduced and isinstance(actual, np.ndarray) and actual.dtype == np.float32
+    cmp = _compare(actual, expected, atol, rtol, _F64 if as_f64 else None,
+                   _F64 if reduced or golden != precision else None)
+    # The grid check needs a float32 result without NaN: a NaN is a message of `cmp`, which then wins anyway.
     grid = None
-    if (precision in COARSER_GRIDS and isinstance(actual, np.ndarray) and actual.dtype == np.float32
-            and actual.shape == expected.shape and not np.isnan(actual).any()):
+    if (not cmp.message and precision in COARSER_GRIDS and isinstance(actual, np.ndarray)
+            and actual.dtype == np.float32 and actual.shape == expected.shape):
         grid = coarser_grid_message(actual, expected, precision)
-    if is_reduced(precision):
-        if isinstance(actual, np.ndarray) and actual.dtype == np.float32:
-            actual = actual.astype(np.float64)
-        expected = expected.astype(np.float64)
-    elif golden != precision:
-        expected = expected.astype(np.float64)
-    cmp = compare_tensors(actual, expected, atol, rtol)
-    if grid is not None and not cmp.message:  # the numbers are reported; the verdict and the cause are the grid's
+    if grid is not None:  # the numbers are reported; the verdict and the cause are the grid's
         message, n = grid
         return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, cmp.max_abs, cmp.max_rel,
                            cmp.min_atol, cmp.index, cmp.actual, cmp.expected, message, n, step)
@@ -197,17 +302,39 @@ def coarser_grid_message(actual: np.ndarray, expected: np.ndarray, precision: st
     coarser grid (an exact computation in `precision` would leave them off it); zeros, ones, masked
     infinities and embeddings read from a bf16 checkpoint are on it in the golden too, and are not
     candidates. With at least `MIN_GRID_CANDIDATES` of them, every one on the grid in the result
-    means the result was computed on that grid.
+    means the result was computed on that grid. One candidate off the grid in the result clears it
+    of that grid: the first `GRID_PREFIX` cells (C order) are looked at first, and an honest result
+    is cleared of every grid there, without a pass over the whole.
     """
-    declared = expected.astype(np.float16 if precision == "fp16" else np.float32).astype(np.float32)
-    finite = np.isfinite(actual)
-    for grid, bits in COARSER_GRIDS.get(precision, ()):
-        candidates = np.isfinite(declared) & ~on_grid(declared, grid) & finite
-        n = int(candidates.sum())
-        if n >= MIN_GRID_CANDIDATES and bool(on_grid(actual[candidates], grid).all()):
+    grids = COARSER_GRIDS.get(precision, ())
+    if actual.size > GRID_PREFIX:
+        head, declared = actual.flat[:GRID_PREFIX], _declared(expected.flat[:GRID_PREFIX], precision)
+        grids = tuple(g for g in grids if not (off_grid(declared, g[0]) & off_grid(head, g[0])).any())
+        if not grids:
+            return None
+    declared = _declared(expected, precision)
+    for grid, bits in grids:
+        candidates = off_grid(declared, grid)  # and the result finite, below
+        if (candidates & off_grid(actual, grid)).any():  # a candidate off the grid in the result: cleared
+            continue
+        candidates &= np.isfinite(actual)
+        n = int(np.count_nonzero(candidates))
+        if n >= MIN_GRID_CANDIDATES:
             return (f"precision: all {n} values carry at most {bits} significant bits ({grid}'s grid) where "
                     f"{precision} was declared: computed in {grid}", n)
     return None
+
+
+# Cells of a result `coarser_grid_message` looks at before the whole: an honest fp32 or fp16 result has a
+# candidate off the coarser grid among the first few (7 in 8 cells of an fp16 one; nearly all of an fp32 one).
+GRID_PREFIX = 4096
+
+
+def _declared(expected: np.ndarray, precision: str) -> np.ndarray:
+    """The golden rounded to the declared precision, as float32 (no copy of a float32 golden declared fp32)."""
+    if precision == "fp16":
+        return expected.astype(np.float16).astype(np.float32)
+    return expected.astype(np.float32, copy=False)
 
 
 def overflow_message(actual: np.ndarray, expected: np.ndarray,
@@ -218,7 +345,10 @@ def overflow_message(actual: np.ndarray, expected: np.ndarray,
     value itself beyond the range; a NaN, an intermediate that was (inf - inf, inf x 0), as in a
     variance E[x^2] - E[x]^2 whose squares pass 65504 in fp16.
     """
-    gone = ~np.isfinite(actual) & np.isfinite(expected)
+    finite = np.isfinite(actual)
+    if finite.all():
+        return None
+    gone = ~finite & np.isfinite(expected)
     if not gone.any():
         return None
     idx = tuple(int(i) for i in np.argwhere(gone)[0])
