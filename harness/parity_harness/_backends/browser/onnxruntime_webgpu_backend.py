@@ -32,6 +32,7 @@ import numpy as np
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.browser import driver as browser
 from parity_harness._backends.onnx.graph import expected_outputs, load_onnx, onnx_file
+from parity_harness._backends.onnx.load import file_key
 from parity_harness._core.errors import BackendFailed
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class OnnxRuntimeWebGpuBackend(Backend):
 
         path = onnx_file(fixture, "all_taps")  # FixtureError (exit 2) when missing; weights checked
         names = expected_outputs(fixture.tap_names, "all_taps")
-        model = load_onnx(path)
+        model = load_onnx(path, file_key(fixture, path))  # onnx_file has run onnx.checker on it
         on_cpu = float32_graph(model)  # the position table: on the CPU provider, as the openvino backend computes it
         with tempfile.TemporaryDirectory(prefix="parity-webgpu-") as tmp:
             graph_file = Path(tmp) / "model.float32.onnx"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._backends.onnx.graph import load_onnx
-from parity_harness._backends.onnx.load import first_line
+from parity_harness._backends.onnx.load import FileKey, file_key, first_line
 from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
@@ -58,19 +58,35 @@ def decode_graph(fixture: Fixture) -> Path | None:
     return fixture.root / name if isinstance(name, str) else None
 
 
-def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
-    """Decode with onnxruntime: prefill by model.onnx (hook_k, hook_v, logits), steps by model.decode.onnx."""
-    from parity_harness._backends.onnx.graph import check_onnx_file, expected_outputs, onnx_file, ort_runner
+_decode_checked: set[tuple[FileKey, int]] = set()  # (decode graph, n_layer) that passed `checked_decode_graph`
+
+
+def checked_decode_graph(fixture: Fixture) -> Path:
+    """The fixture's decode graph, checked: it parses and passes onnx.checker (`load_onnx`), keeps the decode
+    contract (`check_decode_model`) and embeds the fixture's weights, the step graph's own copy
+    (`check_graph_weights`). Once per process and file as the manifest hashes it; FixtureError otherwise."""
+    from parity_harness._backends.onnx.weights import check_graph_weights
 
     path = decode_graph(fixture)
     if path is None:
         raise FixtureError(f"{fixture.manifest_path}: the fixture has no decode graph (files.decoding.onnx)")
-    from parity_harness._backends.onnx.weights import check_graph_weights
+    key = file_key(fixture, path)
+    if key is not None and (key, fixture.config.n_layer) in _decode_checked:
+        return path
+    model = load_onnx(path, key)
+    check_decode_model(model, path, fixture.config)
+    check_graph_weights(fixture, path, model)
+    if key is not None:
+        _decode_checked.add((key, fixture.config.n_layer))
+    return path
+
+
+def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
+    """Decode with onnxruntime: prefill by model.onnx (hook_k, hook_v, logits), steps by model.decode.onnx."""
+    from parity_harness._backends.onnx.graph import check_onnx_file, expected_outputs, onnx_file, ort_runner
 
     config = fixture.config
-    model = load_onnx(path)
-    check_decode_model(model, path, config)
-    check_graph_weights(fixture, path, model)  # the step graph embeds its own copy of the weights too
+    path = checked_decode_graph(fixture)
     full = onnx_file(fixture, "all_taps")
     check_onnx_file(full, fixture, "all_taps")
     names = expected_outputs(fixture.tap_names, "all_taps")
@@ -140,5 +156,6 @@ def _ort_session(path: Path) -> Any:
     return run
 
 
-__all__ = ["Step", "check_decode_model", "decode_graph", "decode_steps", "input_names", "ort_decode", "output_names"]
+__all__ = ["Step", "check_decode_model", "checked_decode_graph", "decode_graph", "decode_steps", "input_names",
+           "ort_decode", "output_names"]
 

@@ -7,6 +7,12 @@ order (the all-taps graph) or exactly `["logits"]` (the logits-only graph); and 
 way every backend finds a graph, checks that it embeds exactly the fixture's weights
 (parity_harness/_backends/onnx/weights.py). Every problem raises
 `FixtureError` with one line naming the file. onnx and onnxruntime are imported inside functions.
+
+Each verdict is reached once per process and graph file as the manifest hashes it (`load.file_key`):
+`onnx_file` parses a graph it has not checked yet once, and while it holds the parsed graph it also
+decides the contract `check_onnx_file` will report for that kind; the second backend on the same file
+reads nothing. Verdicts are kept, not the parsed graphs (500 MB each at GPT-2 size); `onnx_model`
+is for a caller that needs the graph itself.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from parity_harness._backends.onnx.load import first_line
+from parity_harness._backends.onnx.load import FileKey, file_key, first_line
 from parity_harness._backends.onnx.load import load_onnx as load_onnx  # re-exported: the graph helpers' reader
 from parity_harness._core.errors import BackendFailed, FixtureError
 
@@ -46,8 +52,34 @@ def expected_outputs(tap_names: Sequence[str], graph: OnnxGraph) -> list[str]:
 def onnx_file(fixture: Fixture, graph: OnnxGraph) -> Path:
     """The fixture's committed graph of kind `graph`, its initializers checked against the fixture's
     weights (parity_harness/_backends/onnx/weights.py, once per file); FixtureError when the manifest lists none."""
+    from parity_harness._backends.onnx.weights import check_graph_weights, weights_checked
+
+    path = _listed_graph(fixture, graph)
+    if not weights_checked(fixture, path):
+        key = file_key(fixture, path)
+        model = load_onnx(path, key)
+        check_graph_weights(fixture, path, model)
+        _contract(model, path, fixture, graph, key)  # what check_onnx_file will say: the graph is parsed now
+    return path
+
+
+def onnx_model(fixture: Fixture, graph: OnnxGraph) -> tuple[Path, Any]:
+    """`onnx_file` and `check_onnx_file` in one parse, for a caller that runs the parsed graph itself:
+    (the file, its onnx.ModelProto)."""
     from parity_harness._backends.onnx.weights import check_graph_weights
 
+    path = _listed_graph(fixture, graph)
+    key = file_key(fixture, path)
+    model = load_onnx(path, key)
+    check_graph_weights(fixture, path, model)
+    verdict = _contract(model, path, fixture, graph, key)
+    if verdict:
+        raise FixtureError(verdict)
+    return path, model
+
+
+def _listed_graph(fixture: Fixture, graph: OnnxGraph) -> Path:
+    """The path of the fixture's graph of kind `graph`; FixtureError when the manifest lists none or it is missing."""
     path = fixture.onnx_path(graph)
     if path is None:
         raise FixtureError(
@@ -56,7 +88,6 @@ def onnx_file(fixture: Fixture, graph: OnnxGraph) -> Path:
         )
     if not path.is_file():
         raise FixtureError(f"{path}: file not found; run `parity export`")
-    check_graph_weights(fixture, path)
     return path
 
 
@@ -101,8 +132,36 @@ def check_onnx_model(model: Any, path: Path, tap_names: Sequence[str], graph: On
 
 
 def check_onnx_file(path: Path, fixture: Fixture, outputs: OnnxGraph) -> None:
-    """Refuse a graph file that is unreadable or whose outputs are not exactly what `outputs` promises."""
-    check_onnx_model(load_onnx(path), path, fixture.tap_names, outputs)
+    """Refuse a graph file that is unreadable or whose outputs are not exactly what `outputs` promises.
+
+    Decided once per process for a file the manifest hashes (and these taps): asked again, it reads nothing."""
+    key = file_key(fixture, path)
+    verdict = _contracts.get(_contract_key(key, fixture, outputs)) if key is not None else None
+    if verdict is None:
+        verdict = _contract(load_onnx(path, key), path, fixture, outputs, key)
+    if verdict:
+        raise FixtureError(verdict)
+
+
+# The contract verdicts reached in this process: (file key, graph kind, the manifest's taps) -> the
+# FixtureError's line, or "" when the graph keeps the contract.
+_contracts: dict[tuple[FileKey, OnnxGraph, tuple[str, ...]], str] = {}
+
+
+def _contract_key(key: FileKey, fixture: Fixture, outputs: OnnxGraph) -> tuple[FileKey, OnnxGraph, tuple[str, ...]]:
+    return key, outputs, tuple(fixture.tap_names)
+
+
+def _contract(model: Any, path: Path, fixture: Fixture, outputs: OnnxGraph, key: FileKey | None) -> str:
+    """`check_onnx_model`'s verdict on the parsed `model` ("" or the line it raised), kept under `key`."""
+    try:
+        check_onnx_model(model, path, fixture.tap_names, outputs)
+        verdict = ""
+    except FixtureError as exc:
+        verdict = str(exc)
+    if key is not None:
+        _contracts[_contract_key(key, fixture, outputs)] = verdict
+    return verdict
 
 
 def softmax_f32(logits: np.ndarray) -> np.ndarray:

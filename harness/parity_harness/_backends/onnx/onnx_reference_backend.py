@@ -10,14 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
-from parity_harness._backends.onnx.graph import (
-    check_onnx_model,
-    expected_outputs,
-    load_onnx,
-    onnx_file,
-    reference_runner,
-    run_cases,
-)
+from parity_harness._backends.onnx.graph import expected_outputs, onnx_model, reference_runner, run_cases
 from parity_harness._core.errors import BackendFailed
 from parity_harness._fixture.fixture import too_big
 
@@ -43,9 +36,7 @@ class OnnxReferenceBackend(Backend):
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:
             raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
-        path = onnx_file(fixture, "all_taps")
-        model = load_onnx(path)
-        check_onnx_model(model, path, fixture.tap_names, "all_taps")
+        path, model = onnx_model(fixture, "all_taps")  # parsed once; its weights and contract checked
         return run_cases(
             fixture, path, expected_outputs(fixture.tap_names, "all_taps"), reference_runner(model)
         )

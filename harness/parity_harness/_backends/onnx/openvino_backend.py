@@ -131,27 +131,14 @@ class OpenVinoBackend(Backend):
 
 def _ov_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     """Prefill by model.onnx (hook_k, hook_v, logits), then one model.decode.onnx step per token."""
-    from parity_harness._backends.onnx.decode import (
-        check_decode_model,
-        decode_graph,
-        decode_steps,
-        input_names,
-        output_names,
-    )
-    from parity_harness._backends.onnx.graph import load_onnx
-    from parity_harness._backends.onnx.weights import check_graph_weights
+    from parity_harness._backends.onnx.decode import checked_decode_graph, decode_steps, input_names, output_names
 
     config = fixture.config
     for req in requests:  # the prompt and every fed token, before anything runs
         check_tokens(f"prompt {req.name!r}", req.prompt, config.vocab_size, config.n_ctx)
         if req.feed is not None:
             check_tokens(f"prompt {req.name!r} (fed tokens)", req.feed, config.vocab_size, config.n_ctx)
-    path = decode_graph(fixture)
-    if path is None:
-        raise FixtureError(f"{fixture.manifest_path}: the fixture has no decode graph (files.decoding.onnx)")
-    model = load_onnx(path)
-    check_decode_model(model, path, config)
-    check_graph_weights(fixture, path, model)  # the step graph embeds its own copy of the weights
+    path = checked_decode_graph(fixture)  # its contract, and the step graph's own copy of the weights
     full = onnx_file(fixture, "all_taps")
     check_onnx_file(full, fixture, "all_taps")
     names = expected_outputs(fixture.tap_names, "all_taps")
