@@ -209,6 +209,22 @@ def test_bad_thread_count_is_one_line_before_node_starts(fixture: Fixture, monke
     assert not started.exists()
 
 
+def test_node_runs_with_its_compile_cache_in_the_user_cache_unless_told_otherwise(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from parity_harness._backends.node.runtime import node_env
+
+    for name in ("NODE_COMPILE_CACHE", "NODE_DISABLE_COMPILE_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert node_env()["NODE_COMPILE_CACHE"] == str(tmp_path / "cache" / "parity" / "node-compile-cache")
+    assert REPO not in Path(node_env()["NODE_COMPILE_CACHE"]).parents  # never the checkout
+    monkeypatch.setenv("NODE_COMPILE_CACHE", str(tmp_path / "mine"))
+    assert node_env()["NODE_COMPILE_CACHE"] == str(tmp_path / "mine")
+    monkeypatch.delenv("NODE_COMPILE_CACHE")
+    monkeypatch.setenv("NODE_DISABLE_COMPILE_CACHE", "1")
+    assert "NODE_COMPILE_CACHE" not in node_env()
+
+
 def test_node_on_path_is_version_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without PARITY_NODE or the wheel, a `node` on PATH must be new enough to strip types."""
     import parity_harness._backends.node.runtime as tsb

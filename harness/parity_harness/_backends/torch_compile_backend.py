@@ -35,7 +35,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -47,6 +46,7 @@ import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
+from parity_harness._core.resources import user_cache_dir
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -72,10 +72,7 @@ def inductor_cache_dir() -> Path:
     explicit = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or (str(Path.home() / ".cache") if Path.home().is_dir() else "")
-    if base and Path(base).is_absolute():
-        return Path(base) / "parity" / "torchinductor"
-    return Path(tempfile.gettempdir()) / f"parity-torchinductor-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    return user_cache_dir("torchinductor")
 
 
 def compile_error_line(exc: BaseException) -> str:

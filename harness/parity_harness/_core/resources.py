@@ -1,4 +1,5 @@
-"""Where parity's files that are not Python live: the TypeScript model, the toy and stress fixtures.
+"""Where parity's files that are not Python live: the TypeScript model, the toy and stress fixtures; and
+where its caches go (`user_cache_dir`).
 
 In a source checkout (an editable install) they are `ts_model/` (the model in `model/`, the Node entry points
 in `node/`), `fixtures/toy/` and `fixtures/toy-stress/`
@@ -10,6 +11,8 @@ knows both layouts.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # parity_harness/ (this is _core/resources.py)
@@ -36,3 +39,13 @@ def stress_fixture_dir() -> Path:
     """The stress fixture (_authoring/stress.py), where `parity selftest` catches the stability mutants."""
     return _first_existing(CHECKOUT_DIR / "fixtures" / "toy-stress" / "manifest.json",
                            PACKAGE_DIR / "_stress_fixture" / "manifest.json").parent
+
+
+def user_cache_dir(name: str) -> Path:
+    """parity's cache `name` in the user's cache directory: $XDG_CACHE_HOME/parity/NAME, else
+    ~/.cache/parity/NAME, else a per-user directory in the temp directory; never the checkout or the
+    working directory. What is kept there is keyed by content (torch-compile's graphs, Node's compile cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or (str(Path.home() / ".cache") if Path.home().is_dir() else "")
+    if base and Path(base).is_absolute():
+        return Path(base) / "parity" / name
+    return Path(tempfile.gettempdir()) / f"parity-{name}-{os.getuid() if hasattr(os, 'getuid') else 'user'}"

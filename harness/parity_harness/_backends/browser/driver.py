@@ -34,7 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._backends import sessions
-from parity_harness._backends.node.runtime import find_node, kill_group, last_line, run_node, tail_text
+from parity_harness._backends.node.runtime import find_node, kill_group, last_line, node_env, run_node, tail_text
 from parity_harness._backends.onnx.graph import OnnxGraph, expected_outputs, onnx_file
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
 from parity_harness._core.precision import BackendOutput
@@ -122,7 +122,7 @@ class BrowserSession:
         try:
             self.proc = subprocess.Popen(
                 [node, str(DRIVER), "session"], cwd=self.tmp, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=self.stderr, start_new_session=os.name != "nt",
+                stderr=self.stderr, start_new_session=os.name != "nt", env=node_env(),
             )
         except OSError as exc:
             self._cleanup()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from parity_harness._core.errors import BackendFailed, BackendUnavailable
 from parity_harness._core.precision import BackendOutput
-from parity_harness._core.resources import ts_model_dir
+from parity_harness._core.resources import ts_model_dir, user_cache_dir
 from parity_harness._core.settings import seconds_from_env
 
 if TYPE_CHECKING:
@@ -147,6 +147,17 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output on stderr)"
 
 
+def node_env() -> dict[str, str]:
+    """The environment Node runs in: this one, with Node's compile cache on (`NODE_COMPILE_CACHE`, in the
+    user's cache directory) unless the user set it or `NODE_DISABLE_COMPILE_CACHE`. Node keys each entry
+    by the module's source and its own version, so a changed .ts file is compiled (and its types stripped)
+    again; a warm cache saves ~0.08 s of each Node start of parity's entry points on a 2-core machine."""
+    env = dict(os.environ)
+    if "NODE_COMPILE_CACHE" not in env and "NODE_DISABLE_COMPILE_CACHE" not in env:
+        env["NODE_COMPILE_CACHE"] = str(user_cache_dir("node-compile-cache"))
+    return env
+
+
 def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str = "typescript") -> str:
     """Run Node in its own process group; returns its stderr, BackendFailed on error or timeout.
 
@@ -164,6 +175,7 @@ def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str =
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 start_new_session=os.name != "nt",
+                env=node_env(),
             )
         except OSError as exc:
             raise BackendFailed(f"{who}: cannot start {args[0]}: {exc}") from None
