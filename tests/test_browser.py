@@ -52,14 +52,17 @@ def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert not left, f"browser processes left running: {left}"
 
 
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that contain `text` (Linux /proc)."""
+def processes_mentioning(text: str, tmpdir: Path | None = None) -> list[str]:
+    """Command lines of live processes that contain `text` (Linux /proc); with `tmpdir`, only those whose
+    environment has TMPDIR=tmpdir: this test's own, not a browser run another xdist worker has going."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if tmpdir is not None and f"TMPDIR={tmpdir}".encode() not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
         except OSError:
             continue
         if text in cmdline:
@@ -134,7 +137,7 @@ def test_a_run_in_this_process_closes_its_browser_session_when_it_ends(toy_dir: 
         str(session_tmp / "parity-chrome-"))
     assert report and len(profiles) == 1
     assert browser._session is None
-    assert not processes_mentioning(str(browser.DRIVER))
+    assert not processes_mentioning(str(browser.DRIVER), session_tmp)
     assert not processes_mentioning(str(session_tmp / "parity-chrome-"))
 
 
@@ -352,4 +355,4 @@ def test_killing_parity_mid_run_takes_the_browser_with_it(toy_dir: Path, session
     while processes_mentioning(f"sleep {marker}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not processes_mentioning(f"sleep {marker}")
-    assert not processes_mentioning(str(browser.DRIVER))
+    assert not processes_mentioning(str(browser.DRIVER), session_tmp)

@@ -217,7 +217,6 @@ def test_node_runs_with_its_compile_cache_in_the_user_cache_unless_told_otherwis
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert node_env()["NODE_COMPILE_CACHE"] == str(tmp_path / "cache" / "parity" / "node-compile-cache")
-    assert REPO not in Path(node_env()["NODE_COMPILE_CACHE"]).parents  # never the checkout
     monkeypatch.setenv("NODE_COMPILE_CACHE", str(tmp_path / "mine"))
     assert node_env()["NODE_COMPILE_CACHE"] == str(tmp_path / "mine")
     monkeypatch.delenv("NODE_COMPILE_CACHE")

@@ -405,10 +405,12 @@ CATALOG: tuple[Mutant, ...] = (
     _ts("ts-positions-shifted", ((_TS_ANGLE, "const angle = (pos + 1) * invFreq[i];"),),
         "positions counted from 1 instead of 0", "hook_pos_embed"),
     _ts("ts-float32-accumulation", (
-        ("for (let j = 0; j < m; j++) od[row + j] += xk * wd[wrow + j];",
-         "for (let j = 0; j < m; j++) od[row + j] = Math.fround(od[row + j] + xk * wd[wrow + j]);"),
-        ("if (b !== null) for (let j = 0; j < m; j++) od[row + j] += b.data[j];",
-         "if (b !== null) for (let j = 0; j < m; j++) od[row + j] = Math.fround(od[row + j] + b.data[j]);"),
+        *((f"od[r{i} + j] += x{i} * wkj;", f"od[r{i} + j] = Math.fround(od[r{i} + j] + x{i} * wkj);")
+          for i in range(4)),  # linearColumns' four-row tile
+        ("for (let j = j0; j < j1; j++) od[row + j] += xk * wd[wrow + j]!;",  # and its remaining rows
+         "for (let j = j0; j < j1; j++) od[row + j] = Math.fround(od[row + j] + xk * wd[wrow + j]!);"),
+        ("for (let j = 0; j < m; j++) od[r + j] += bd[j]!;",  # linear's bias
+         "for (let j = 0; j < m; j++) od[r + j] = Math.fround(od[r + j] + bd[j]!);"),
     ), "Conv1D (x @ W + b) accumulated in float32, as with a Float32Array buffer", "blocks.0.attn.hook_q",
         fp64_only=True),
     _ts("ts-final-ln-unused", (('return linearTransposed(ln, param(params, "wte.weight"));',
