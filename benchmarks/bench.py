@@ -37,7 +37,7 @@ from pathlib import Path
 
 from parity_harness._authoring.presets import SCALED_C
 from parity_harness._backends.registry import backend_entry_points, load_backend
-from parity_harness._fixture.fixture import default_fixture_dir, load_fixture
+from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
 
 # What a backend cannot run without, beyond Python and NumPy (the harness's own): the modules it
 # imports ("module:name" is `from module import name`), and whether it starts Node or a browser.
@@ -176,9 +176,8 @@ TARGETS = ("targets: export <= 120 s; the run over every backend that runs at th
 GRAPH_BACKENDS = ("onnxruntime", "onnxruntime-optimized", "openvino")
 
 
-def scaled_backends(root: Path) -> list[str]:
-    """The built-in backends that run on the fixture at `root`: available, in the default run, not declining."""
-    fixture = load_fixture(str(root))
+def scaled_backends(fixture: Fixture) -> list[str]:
+    """The built-in backends that run on `fixture`: available, in the default run, not declining."""
     names = [n for n in sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n)) if n in FLOOR_IMPORTS]
     out = []
     for name in names:
@@ -188,11 +187,10 @@ def scaled_backends(root: Path) -> list[str]:
     return out
 
 
-def forward_flops(root: Path) -> float:
+def forward_flops(fixture: Fixture) -> float:
     """Multiply-adds x 2 of one forward pass over every case, as the reference computes it: the blocks'
     four products and attention, the unembedding of every position, and the logit lens and probs on the
     rows the manifest keeps (docs/fixture-format.md, "rows")."""
-    fixture = load_fixture(str(root))
     c = fixture.config
     d, V, L = c.d_model, c.vocab_size, c.n_layer
     rows = fixture.lens_rows()
@@ -227,23 +225,25 @@ def read_seconds(path: Path) -> float:
     return _timed(lambda: path.read_bytes())
 
 
-def preset_floors(root: Path, names: list[str]) -> dict[str, tuple[float, str]]:
+def preset_floors(fixture: Fixture, names: list[str]) -> dict[str, tuple[float, str]]:
     """Each backend's floor on the fixture: its imports (a fresh Python), one Node start if it runs Node, one
     read of the file it loads (the weights or the ONNX graph), and its compute at BLAS speed in each precision
     it runs (`forward_flops` / `gemm_rate`); with a row for all of them (every import once, every file once)."""
-    flops = forward_flops(root)
+    flops = forward_flops(fixture)
     rate = {"fp32": gemm_rate("float32"), "fp64": gemm_rate("float64")}
     from parity_harness._backends.node.runtime import find_node
 
     node = min(_once([find_node(), "-e", "0"])[0] for _ in range(3))
-    reads = {"weights": read_seconds(root / "weights.safetensors"), "graph": read_seconds(root / "model.onnx")}
+    graph = fixture.onnx_path("all_taps")
+    reads = {"weights": read_seconds(fixture.weights_path), "graph": read_seconds(graph) if graph else 0.0}
     floors: dict[str, tuple[float, str]] = {}
+    computes: dict[str, float] = {}
     for name in names:
         backend = load_backend(name)
         precisions = [p for p in ("fp32", "fp64") if p in backend.precisions]
         imports = min(_once(import_command(FLOOR_IMPORTS[name]))[0] for _ in range(2))
         read = reads["graph" if name in GRAPH_BACKENDS else "weights"]
-        compute = sum(flops / rate[p] for p in precisions)
+        compute = computes[name] = sum(flops / rate[p] for p in precisions)
         start = node if name in NODE_BACKENDS else 0.0
         floors[name] = (imports + start + read + compute,
                         f"imports {imports:.1f} + {'Node ' + format(start, '.1f') + ' + ' if start else ''}"
@@ -251,7 +251,7 @@ def preset_floors(root: Path, names: list[str]) -> dict[str, tuple[float, str]]:
     modules = tuple(m for n in names for m in FLOOR_IMPORTS[n])
     imports = min(_once(import_command(modules))[0] for _ in range(2))
     files = reads["weights"] + (reads["graph"] if any(n in GRAPH_BACKENDS for n in names) else 0.0)
-    compute = sum(sum(flops / rate[p] for p in ("fp32", "fp64") if p in load_backend(n).precisions) for n in names)
+    compute = sum(computes.values())
     start = node if any(n in NODE_BACKENDS for n in names) else 0.0
     floors["all"] = (imports + start + files + compute,
                      f"imports {imports:.1f} + Node {start:.1f} + read {files:.1f} + compute {compute:.1f}")
@@ -276,8 +276,9 @@ def bench_preset(preset: str, keep: str | None) -> int:
                 print(m.output)
                 return m.returncode
             rows.append((f"export --preset {preset}", m.wall, m.peak_mb, None, "written: " + _size(root)))
-        names = scaled_backends(root)
-        floors = preset_floors(root, names)
+        fixture = load_fixture(str(root))  # read and hashed once, for the list of backends and their floors
+        names = scaled_backends(fixture)
+        floors = preset_floors(fixture, names)
         report = root.parent / f"{root.name}.report.json"
         for name in (*names, ",".join(names)):
             extra = ["--json", str(report)] if "," in name else []

@@ -33,10 +33,10 @@ def counted_flops(root: Path) -> int:
 def test_forward_flops_is_what_the_reference_computes_on_the_toy(toy_dir: Path) -> None:
     pytest.importorskip("torch")
     assert load_fixture(toy_dir).lens_rows() is None  # every position through the logit lens
-    assert forward_flops(toy_dir) == counted_flops(toy_dir)
+    assert forward_flops(load_fixture(toy_dir)) == counted_flops(toy_dir)
 
 
 @pytest.mark.full  # the shared gpt2-mini export
 def test_forward_flops_counts_only_the_rows_kept(gpt2_mini: Path) -> None:
     assert load_fixture(gpt2_mini).lens_rows() is not None  # probs and the logit lens on the last rows only
-    assert forward_flops(gpt2_mini) == counted_flops(gpt2_mini)
+    assert forward_flops(load_fixture(gpt2_mini)) == counted_flops(gpt2_mini)

@@ -10,7 +10,7 @@
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 
-import { PRODUCT_KERNELS } from "../model/model.ts";
+import { PRODUCT_KERNELS, SINGLE_THREAD } from "../model/model.ts";
 import type { MatrixProducts, ProductKind } from "../model/model.ts";
 
 /** Below this many multiply-adds a product runs on the calling thread: a hand-off costs ~0.1 ms. */
@@ -73,9 +73,7 @@ export function threadedProducts(threads: number, minSplit = MIN_SPLIT): MatrixP
     run(kind, xd, wd, T, n, m) {
       const ranges = columnRanges(m, workers.length + 1);
       if (workers.length === 0 || T * n * m < minSplit || ranges.length < 2 || !isShared(wd)) {
-        const od = new Float64Array(T * m); // (T, m)
-        PRODUCT_KERNELS[kind](xd, wd, od, T, n, m, 0, m);
-        return od;
+        return SINGLE_THREAD.run(kind, xd, wd, T, n, m); // (T, m)
       }
       const xs = isShared(xd) ? xd : shared(xd.length);
       if (xs !== xd) xs.set(xd);
