@@ -127,3 +127,26 @@ def test_out_of_range_token_through_the_cli_is_exit_2(monkeypatch: pytest.Monkey
     assert code == 2, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "case 'grammar_0': token id 12 at position 1 out of range [0, 12)" in err, err
+
+
+def test_importing_openvino_sends_nothing_and_writes_nothing_home(tmp_path: Path) -> None:
+    """openvino's import, with `openvino_telemetry` installed and no opt-in answered, writes ~/intel/ and sends
+    an event to Google Analytics from a forked process; parity's import takes openvino's no-op stub instead."""
+    import os
+    import subprocess
+    import sys
+
+    openvino_backend()  # skips (fails in CI) where OpenVINO is missing
+    home = tmp_path / "home"
+    home.mkdir()
+    script = ("import sys\n"
+              "from parity_harness._backends.onnx.openvino_backend import import_openvino\n"
+              "import_openvino()\n"
+              "import openvino.tools.ovc.telemetry_utils as t\n"
+              "print(t.tm.__name__, 'openvino_telemetry' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}  # as on a laptop
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**env, "HOME": str(home)}, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["openvino.tools.ovc.telemetry_stub", "False"]
+    assert list(home.iterdir()) == []  # no ~/intel/openvino_ga_cid, no stats

@@ -129,11 +129,12 @@ def _processing_loader(weights: dict[str, np.ndarray], config: Any, precision: A
     """TransformerLens' own loader, every processing flag off: what the backend deliberately does not use."""
     import torch
 
-    from parity_harness._backends.transformerlens_backend import quiet, tl_config, tl_state_dict
+    from parity_harness._backends.quiet import silenced
+    from parity_harness._backends.transformerlens_backend import tl_config, tl_state_dict
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
     state = tl_state_dict(weights, config, dtype)
-    with quiet():
+    with silenced():
         from transformer_lens import HookedTransformer
 
         model = HookedTransformer(tl_config(config, dtype))
@@ -179,3 +180,19 @@ def test_passes_check_backend(toy_dir: Path) -> None:
     results = check_backend(TransformerLensBackend(), load_fixture(toy_dir))
     assert [r.name for r in results if not r.passed] == []
     assert any(r.name.startswith("rejects a token id out of range") for r in results)
+
+
+def test_the_unembedding_reads_the_token_table_in_place() -> None:
+    """W_U is W_E transposed as a view: TransformerLens' Unembed takes `W_U.T.contiguous()` on every call, which
+    copied the whole (V, d) table each time while W_U was a contiguous (d, V) copy (~8 s of a GPT-2 fp64 run)."""
+    import torch
+
+    from parity_harness._backends.transformerlens_backend import tl_model
+    from parity_harness._fixture.fixture import default_fixture_dir, load_fixture
+
+    fixture = load_fixture(default_fixture_dir())
+    model = tl_model(fixture.weights(), fixture.config, "fp64")
+    w_u = model.unembed.W_U
+    assert w_u.T.is_contiguous()  # so .contiguous() returns it, no copy
+    assert w_u.data_ptr() == model.embed.W_E.data_ptr()  # one table, tied
+    assert torch.equal(w_u.T.contiguous(), model.embed.W_E.detach())

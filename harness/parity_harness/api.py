@@ -146,6 +146,7 @@ def run(
     keep_outputs: bool = False,
     progress: Callable[[str], None] | None = None,
     keep_on_crash: bool = False,
+    jobs: int | None = None,
 ) -> Report:
     """Run each backend (a registered name or an instance) in each requested precision it computes in,
     through the boundary, and compare every tap; then, unless `decoding` is False, check incremental
@@ -155,7 +156,9 @@ def run(
     when nothing was compared. `budget`: also measure the error budget (the JSON report's `budget`);
     `keep_outputs`: keep every output in `report.outputs`; `progress`: called with one line as each backend
     and precision starts (the CLI prints them); `keep_on_crash`: a backend that crashes ends the run with
-    the report so far (`report.crash` holds the error, the report does not pass) instead of raising. Raises
+    the report so far (`report.crash` holds the error, the report does not pass) instead of raising; `jobs`:
+    how many backends may run at once (default two, one on a one-core machine; a backend runs beside another
+    only if it declares `concurrent = True`, docs/architecture.md), the report the same whatever it is. Raises
     `ParityError` for bad input (an
     unknown backend or precision, a broken fixture, missing dependencies) and `BackendFailed` (also a
     `ParityError`) for a backend that crashed or returned something malformed.
@@ -166,7 +169,7 @@ def run(
     from parity_harness._run.runner import run_parity
 
     return run_parity(fx, chosen, wanted, progress=progress, keep_outputs=keep_outputs, decoding=decoding,
-                      budget=budget, keep_on_crash=keep_on_crash)
+                      budget=budget, keep_on_crash=keep_on_crash, jobs=jobs)
 
 
 def compare_dumps(

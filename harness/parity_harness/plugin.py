@@ -28,6 +28,8 @@ The groups:
   `run_cases` (every case through a runner: a function from int64 tokens [T] to the graph's outputs,
   a runtime's failure made BackendFailed), `ort_runner` (an onnxruntime session as a runner),
   `softmax_f32`, `INPUT_NAME`;
+- running beside other backends (`concurrent = True`): `silenced`, the one way to keep a library's warnings,
+  log records and prints off the terminal while its code runs (counted, so two threads cannot undo each other);
 - errors, each one line and exit 2: `ParityError`, `FixtureError` (bad input: raise it for an
   out-of-range token), `BackendFailed`, `BackendUnavailable`.
 """
@@ -44,6 +46,7 @@ from parity_harness._backends.onnx.graph import (
     run_cases,
     softmax_f32,
 )
+from parity_harness._backends.quiet import silenced
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError, ParityError
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
@@ -53,10 +56,36 @@ from parity_reference.numpy_model import sinusoidal_positions
 from parity_reference.taps import tap_names, tap_shape, tap_shape_template
 
 __all__ = [
-    "DTYPES", "INPUT_NAME", "PRECISIONS", "Backend", "BackendFailed", "BackendOutput", "BackendUnavailable", "Case",
-    "DecodeOutput", "DecodeRequest", "Fixture", "FixtureError", "GPTConfig", "ParityError", "Precision",
-    "check_onnx_file", "expected_outputs", "module_available", "onnx_file", "ort_runner", "param_shapes",
+    "DTYPES",
+    "INPUT_NAME",
+    "PRECISIONS",
+    "Backend",
+    "BackendFailed",
+    "BackendOutput",
+    "BackendUnavailable",
+    "Case",
+    "DecodeOutput",
+    "DecodeRequest",
+    "Fixture",
+    "FixtureError",
+    "GPTConfig",
+    "ParityError",
+    "Precision",
+    "check_onnx_file",
+    "expected_outputs",
+    "module_available",
+    "onnx_file",
+    "ort_runner",
+    "param_shapes",
     "read_safetensors",
-    "requests_for", "run_cases", "sinusoidal_positions", "softmax_f32", "steps_to_output", "tap_names", "tap_shape",
-    "tap_shape_template", "too_big"
+    "requests_for",
+    "run_cases",
+    "silenced",
+    "sinusoidal_positions",
+    "softmax_f32",
+    "steps_to_output",
+    "tap_names",
+    "tap_shape",
+    "tap_shape_template",
+    "too_big"
 ]

@@ -20,7 +20,7 @@ The rules of the contract (docs/adding-a-backend.md states them for authors):
 
 - declarations: `name` is the name it is registered under; `precisions` a non-empty subset of
   fp32/fp64/fp16/bf16 without repeats; `requires` module names; `description` and `install_hint` strings;
-  `runs_graph` and `by_default` bools. They are
+  `runs_graph`, `by_default` and `concurrent` bools. They are
   read once, when the wrapper is made, and the wrapper keeps its own copy.
 - `missing_dependencies()` returns a list of strings; `declines(fixture)` a reason (str) or None;
   `supported_taps(fixture)` a non-empty list of the fixture's taps without repeats;
@@ -98,6 +98,7 @@ class Declarations(NamedTuple):
     install_hint: str
     runs_graph: bool = False  # it computes from the fixture's ONNX graph, not weights.safetensors
     by_default: bool = True  # `parity run` without --backends runs it
+    concurrent: bool = False  # it may run on a worker thread beside another backend (parity_harness/_run/lanes.py)
 
 
 def read_declarations(backend: Backend, name: str) -> Declarations:
@@ -134,8 +135,14 @@ def read_declarations(backend: Backend, name: str) -> Declarations:
     if type(by_default) is not bool:
         raise BackendMisbehaved(f"backend {name!r}: by_default must be True or False, got "
                                 f"{one_line(repr(by_default))[:80]}")
+    # Not inherited: only the class itself can say it changes no process-wide state. A subclass of a concurrent
+    # backend may patch a module while it runs (tests/test_differential.py's float32-positions numpy does).
+    concurrent = vars(type(backend)).get("concurrent", False)
+    if type(concurrent) is not bool:
+        raise BackendMisbehaved(f"backend {name!r}: concurrent must be True or False, got "
+                                f"{one_line(repr(concurrent))[:80]}")
     return Declarations(str(declared), tuple(precisions), tuple(str(m) for m in requires),  # type: ignore[arg-type]
-                        str(description), str(install_hint), runs_graph, by_default)
+                        str(description), str(install_hint), runs_graph, by_default, concurrent)
 
 
 def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
@@ -287,6 +294,7 @@ class GuardedBackend:
         self.install_hint = declared.install_hint
         self.runs_graph = declared.runs_graph
         self.by_default = declared.by_default
+        self.concurrent = declared.concurrent
         self.entry: ForwardEntry = forward_entry(type(backend))
 
     @classmethod

@@ -30,22 +30,20 @@ transformers computes them inside one fused call and never exposes them: every L
 
 The model is built once per `run_cases` call (one fixture, one precision), never per case; no decoding
 (in any precision). What transformers says to model authors (its warnings and log records, e.g. about
-special token ids) is kept off the user's terminal (`_quiet`); the config names no special token outside
+special token ids) is kept off the user's terminal (`silenced`, quiet.py); the config names no special token outside
 the vocabulary.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.quiet import silenced
 from parity_harness._core.errors import FixtureError
 
 if TYPE_CHECKING:
@@ -60,20 +58,6 @@ UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hoo
 
 
 GPT2_EOS = 50256  # GPT2Config's default bos_token_id and eos_token_id
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """transformers' warnings and log records (meant for model authors) kept off the user's terminal."""
-    logger = logging.getLogger("transformers")
-    level = logger.level
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logger.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            logger.setLevel(level)
 
 
 def hf_config(config: GPTConfig) -> Any:
@@ -103,7 +87,7 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     from parity_reference.model import sinusoidal_positions
     from parity_reference.run import torch_dtype
 
-    with _quiet():
+    with silenced(("transformers",)):
         from transformers import AutoModelForCausalLM
 
     dtype = torch_dtype(precision)
@@ -114,7 +98,8 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     # transformers' documented path for a model built from a config: from_config(config, dtype=...) (the
     # `torch_dtype` keyword of transformers 4, deprecated for `dtype` since 4.56) builds the model under
     # torch's default dtype set to `dtype`, and records it as config.dtype.
-    with _quiet(), torch.device("meta"):  # no random initialization of 124M parameters replaced anyway
+    # On the meta device: no random initialization of 124M parameters replaced anyway.
+    with silenced(("transformers",)), torch.device("meta"):
         model = cast(Any, AutoModelForCausalLM).from_config(hf_config(config), dtype=dtype)
     model.load_state_dict(state, strict=False, assign=True)
     model.lm_head.weight = model.transformer.wte.weight  # tied embeddings
@@ -173,7 +158,7 @@ class HFTransformersBackend(Backend):
             taps: dict[str, torch.Tensor] = {}
             handles = _hooks(model, taps, H, dh)
             try:
-                with _quiet(), torch.no_grad():
+                with silenced(("transformers",)), torch.no_grad():
                     tokens = torch.tensor([case.tokens], dtype=torch.int64)  # (1, T)
                     logits = model(input_ids=tokens, use_cache=False).logits[0]  # (T, V)
                     taps["logits"] = logits

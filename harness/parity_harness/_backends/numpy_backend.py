@@ -41,6 +41,7 @@ class NumpyBackend(Backend):
     install_hint = "pip install numpy"
 
     streams = True  # one case at a time (`run_cases`): memory bounded by one case
+    concurrent = True  # touches no process-wide state: may run beside another backend
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         return dict(self.run_cases(fixture, precision))

@@ -33,6 +33,7 @@ class PyTorchBackend(Backend):
     install_hint: ClassVar[str] = "pip install 'parity-harness[torch]'"
 
     streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
+    concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         return dict(self.run_cases(fixture, precision))

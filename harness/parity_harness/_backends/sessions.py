@@ -28,6 +28,13 @@ def register(close: Callable[[], None]) -> None:
             _closers.append(close)
 
 
+def unregister(close: Callable[[], None]) -> None:
+    """Forget `close` (what it closes has ended on its own)."""
+    with _lock:
+        if close in _closers:
+            _closers.remove(close)
+
+
 def close_all() -> None:
     """Close every registered session (each closer once); errors in a closer are not the run's."""
     with _lock:

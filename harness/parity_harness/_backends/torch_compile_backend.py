@@ -31,11 +31,9 @@ import dataclasses
 import hashlib
 import inspect
 import json
-import logging
 import os
 import shutil
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -45,6 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.quiet import silenced
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
 from parity_harness._core.resources import user_cache_dir
 
@@ -138,7 +137,7 @@ class TorchCompileBackend(Backend):
         for case in fixture.cases:
             tokens = torch.tensor(list(case.tokens), dtype=torch.int64)  # (T,)
             with ExitStack() as stack:
-                stack.enter_context(_quiet())
+                stack.enter_context(silenced(QUIET_LOGGERS))
                 stack.enter_context(torch._inductor.config.patch(compile_threads=1))  # no worker pool
                 stack.enter_context(torch.no_grad())
                 try:
@@ -288,20 +287,3 @@ def _debug(message: str) -> None:
         print(f"parity: debug: torch-compile: {message}", file=sys.stderr)
 
 
-class _quiet:
-    """Warnings ignored and torch's compile loggers at ERROR, restored on exit."""
-
-    def __enter__(self) -> None:
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.simplefilter("ignore")
-        self._levels: list[tuple[logging.Logger, int]] = []
-        for name in QUIET_LOGGERS:
-            logger = logging.getLogger(name)
-            self._levels.append((logger, logger.level))
-            logger.setLevel(logging.ERROR)
-
-    def __exit__(self, *exc: Any) -> None:
-        for logger, level in self._levels:
-            logger.setLevel(level)
-        self._warnings.__exit__(*exc)

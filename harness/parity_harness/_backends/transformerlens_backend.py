@@ -19,21 +19,18 @@ Taps come from `run_with_cache`: TransformerLens' hook names are parity's tap na
 shapes (batch axis dropped) are the spec's. `logits` is the model's output, `probs` its softmax, and
 the logit lens runs each block's input (and the last block's output) through the model's own
 `ln_final` and `unembed`. Every tap is supported. TransformerLens' warnings, log records and prints
-are kept off the terminal.
+are kept off the terminal (`silenced`, parity_harness/_backends/quiet.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.quiet import silenced
 from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
@@ -43,23 +40,9 @@ if TYPE_CHECKING:
     from parity_reference.config import GPTConfig
 
 
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """TransformerLens' deprecation warnings, root-logger warnings and prints, kept off the user's terminal."""
-    previous = logging.root.manager.disable
-    sink = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)  # TransformerLens calls logging.warning on the root logger
-        try:
-            yield
-        finally:
-            logging.disable(previous)
-
-
 def tl_config(config: GPTConfig, dtype: torch.dtype) -> Any:
     """TransformerLens' HookedTransformerConfig for a parity config: pre-LN, exact GELU, no initialization."""
-    with quiet():
+    with silenced():
         from transformer_lens import HookedTransformerConfig
 
     return HookedTransformerConfig(
@@ -87,7 +70,11 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
         return torch.tensor(weights.pop(name), dtype=dtype)
 
     wte = take("wte.weight")  # (V, d)
-    state: dict[str, torch.Tensor] = {"embed.W_E": wte, "unembed.W_U": wte.T.contiguous(),  # tied: W_U = W_E^T
+    # Tied: W_U is W_E^T, a view of the same memory, not a copy. TransformerLens' Unembed computes
+    # F.linear(x, W_U.T.contiguous()): with W_U a transposed view, W_U.T is W_E itself and contiguous, so
+    # each call reads the table in place; a contiguous W_U (d, V) made it copy 50,257 x 768 values on every
+    # unembedding (14 per case at GPT-2 size: the logits and 13 lens streams, ~8 s of a float64 run).
+    state: dict[str, torch.Tensor] = {"embed.W_E": wte, "unembed.W_U": wte.T,  # (d, V), strides (1, d)
                                       "unembed.b_U": torch.zeros(config.vocab_size, dtype=dtype)}
     if config.positions == "learned":
         state["pos_embed.W_pos"] = take("wpe.weight")  # (n_ctx, d)
@@ -107,7 +94,7 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
         state[b + "mlp.W_in"], state[b + "mlp.b_in"] = take(h + "mlp.c_fc.weight"), take(h + "mlp.c_fc.bias")
         state[b + "mlp.W_out"], state[b + "mlp.b_out"] = take(h + "mlp.c_proj.weight"), take(h + "mlp.c_proj.bias")
     state["ln_final.w"], state["ln_final.b"] = take("ln_f.weight"), take("ln_f.bias")
-    return {k: v.contiguous() for k, v in state.items()}
+    return {k: v if k == "unembed.W_U" else v.contiguous() for k, v in state.items()}
 
 
 def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Precision) -> Any:
@@ -121,7 +108,7 @@ def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
     state = tl_state_dict(weights, config, dtype)
-    with quiet():
+    with silenced():
         from transformer_lens import HookedTransformer
 
         model = HookedTransformer(tl_config(config, dtype), move_to_device=True)
@@ -147,6 +134,7 @@ class TransformerLensBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("torch", "transformer_lens")
     install_hint: ClassVar[str] = "pip install 'parity-harness[transformerlens]'"
     streams: ClassVar[bool] = True
+    concurrent: ClassVar[bool] = True  # changes nothing another backend computes with; it only silences output
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         return dict(self.run_cases(fixture, precision))
@@ -170,7 +158,7 @@ class TransformerLensBackend(Backend):
             if bad:
                 raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
             tokens = torch.tensor([list(case.tokens)], dtype=torch.int64)  # (1, T)
-            with quiet(), torch.no_grad():
+            with silenced(), torch.no_grad():
                 logits, cache = model.run_with_cache(tokens, return_type="logits", names_filter=lambda n: n in hooks)
                 taps: dict[str, torch.Tensor] = {name: cache[name][0] for name in hooks}  # batch axis dropped
                 taps["logits"] = logits[0]  # (T, V)

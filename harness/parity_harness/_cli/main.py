@@ -13,10 +13,11 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, NoReturn, cast
+from typing import TYPE_CHECKING, NamedTuple, NoReturn, TextIO, cast
 
 from parity_harness._backends.base import PRECISIONS, Precision
 from parity_harness._backends.boundary import GuardedBackend
@@ -63,6 +64,13 @@ def _precision_list(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown precision {unknown[0] if unknown else text!r}: expected "
                                          f"{', '.join(PRECISIONS)}, all (fp32,fp64) or a comma-separated list")
     return text
+
+
+def _jobs(text: str) -> int:
+    """argparse type of `run --jobs`: a whole number from 1 to 64, else its one-line error (exit 2)."""
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 64):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of backends from 1 to 64")
+    return int(text)
 
 
 class Selection(NamedTuple):
@@ -147,8 +155,8 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
     if skipped and args.no_skip:
         raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     report = api.run(backends, fixture, _precisions(args.precision),
-                     progress=None if args.quiet else _progress, keep_outputs=bool(args.save_outputs),
-                     budget=args.budget or args.json is not None, keep_on_crash=True)
+                     progress=None if args.quiet else _progress_to(sys.stderr), keep_outputs=bool(args.save_outputs),
+                     budget=args.budget or args.json is not None, keep_on_crash=True, jobs=args.jobs)
     report.skipped = skipped
     if report.crash is not None and not any(r.status == RunStatus.RAN for r in report.runs):
         raise report.crash  # no backend ran before it: the one line, and --json's unusable marker
@@ -319,6 +327,18 @@ def _display(path: Path) -> str:
 
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _progress_to(stream: TextIO) -> Callable[[str], None]:
+    """Progress lines to `stream`, bound now: backends run on several threads (--jobs), and one that silences
+    third-party prints by swapping sys.stderr for a while must not swallow another's progress lines."""
+    lock = threading.Lock()
+
+    def say(msg: str) -> None:
+        with lock:
+            print(msg, file=stream, flush=True)
+
+    return say
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -540,6 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-skip", action="store_true",
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+                     help="backends run at once (default 2, 1 on a one-core machine): the main thread runs any, "
+                          "N-1 more threads those that declare `concurrent`; the report is the same for any N")
     _report_options(run)
     run.add_argument("--save-outputs", metavar="DIR",
                      help="write each backend x precision's taps to DIR/{backend}.{precision}.safetensors "

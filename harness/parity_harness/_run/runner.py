@@ -73,6 +73,7 @@ def run_parity(
     decoding: bool = True,
     budget: bool = True,
     keep_on_crash: bool = False,
+    jobs: int | None = None,
 ) -> Report:
     """Run every backend in every requested precision it supports, and compare.
 
@@ -81,33 +82,61 @@ def run_parity(
     `budget`: also measure every result against the float64 truth (the error budget, `--budget`
     and the JSON report show it); False skips that work.
 
+    `jobs`: how many backends may run at once (lanes.py: the main thread and worker threads, a backend that
+    declares `concurrent` on a worker; default two, one on a one-core machine). The report is the same
+    whatever it is: each backend's runs and checks are collected on their own and added in the run's order.
+
     A backend that fails mid-run (any ParityError from its code or about what it returned) stops the run
     with that error; with `keep_on_crash` (`parity run`) the report is returned instead: its run is
-    recorded with status CRASHED and the error in `report.crash`, the backends that ran before it keep
+    recorded with status CRASHED and the error in `report.crash`, the backends before it keep
     their results, and the report's verdict is CRASHED (exit 2, never a pass). Progress: one line per
     backend x precision, and one per case for a backend that streams (`run_cases`).
 
     Then, unless `decoding` is False, the decoding check of every backend that supports it
     (parity_harness/_run/decode_check.py), when the fixture has decoding goldens.
     """
+    from parity_harness._run.lanes import lanes_for, run_in_lanes
+
     wanted = precisions or list(DEFAULT_PRECISIONS)
     guards = [guarded(b) for b in backends]
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
-    for backend in guards:
+
+    def run_one(backend: GuardedBackend) -> BackendResult:
+        own = Report(report.fixture, measure_budget=budget)
         try:
-            _run_backend(report, fixture, backend, wanted, say, keep_outputs, budget)
+            _run_backend(own, fixture, backend, wanted, say, keep_outputs, budget)
         except ParityError as exc:  # raised from backend code or about it: the run stops
+            own.crash = exc
+        return own
+
+    for own in run_in_lanes(guards, run_one, lambda own: own.crash is not None, lanes_for(jobs, guards)):
+        add_backend_result(report, own)
+        if own.crash is not None:
             if not keep_on_crash:
-                raise
-            report.crash = exc
-            break
+                raise own.crash
+            report.crash = own.crash
     if decoding and report.crash is None:
         from parity_harness._run.decode_check import run_decoding
 
         report.decoding = run_decoding(fixture, guards, wanted, say)
     finish_report(report, fixture)
     return report
+
+
+# One backend's runs and checks, made apart from the run's report (it may run beside other backends, lanes.py)
+# and added to it in the run's order by `add_backend_result`; its `crash` is the error that stopped it.
+BackendResult = Report
+
+
+def add_backend_result(report: Report, own: BackendResult) -> None:
+    """Add one backend's runs, checks, budget rows, causes, declared taps and kept outputs to the run's report."""
+    report.runs += own.runs
+    report.results += own.results
+    report.budget += own.budget
+    report.causes.update(own.causes)
+    report.supported.update(own.supported)
+    report.outputs.update(own.outputs)
 
 
 def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, wanted: list[Precision],

@@ -28,6 +28,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from parity_harness._backends import sessions
 from parity_harness._core.errors import BackendFailed, BackendUnavailable
 from parity_harness._core.precision import BackendOutput
 from parity_harness._core.resources import ts_model_dir, user_cache_dir
@@ -179,6 +180,11 @@ def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str =
             )
         except OSError as exc:
             raise BackendFailed(f"{who}: cannot start {args[0]}: {exc}") from None
+        # Ended with the run too: a worker thread's Node outlives a run stopped by Ctrl-C (parity_harness/_run/lanes.py)
+        def close() -> None:
+            kill_group(proc)
+
+        sessions.register(close)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -187,6 +193,8 @@ def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str =
         except BaseException:  # Ctrl-C or anything else: never leave Node running
             kill_group(proc)
             raise
+        finally:
+            sessions.unregister(close)
         kill_group(proc)  # whatever Node left behind in its group
         stderr = tail_text(err)
     if proc.returncode != 0:

@@ -45,6 +45,7 @@ class TypeScriptBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
     install_hint: ClassVar[str] = INSTALL_HINT
     streams: ClassVar[bool] = True  # run.ts --per-case: one file per case, read and dropped one at a time
+    concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def missing_dependencies(self) -> list[str]:
         try:

@@ -28,6 +28,7 @@ class OnnxReferenceBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("onnx",)
     install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
+    concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def declines(self, fixture: Fixture) -> str | None:
         return too_big(fixture, ONNX_REFERENCE_LIMIT, "onnx.reference evaluates the graph in pure Python "

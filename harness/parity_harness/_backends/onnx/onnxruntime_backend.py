@@ -32,6 +32,7 @@ class OnnxRuntimeBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
+    concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:

@@ -62,9 +62,37 @@ def check_tokens(what: str, tokens: Sequence[int], vocab_size: int, n_ctx: int) 
             )
 
 
+def import_openvino() -> Any:
+    """`import openvino`, without its telemetry.
+
+    Importing openvino imports its model converter (`openvino.tools.ovc`), which, when the package
+    `openvino_telemetry` is installed (pip installs it with openvino) and the user never answered its opt-in,
+    writes a client id under ~/intel/ and sends an "import" event to Google Analytics from a forked process.
+    parity never sends anything anywhere, and a fork from a thread of its own can deadlock a process whose
+    other threads are importing or computing (`parity run` runs backends side by side). While openvino is first
+    imported, `openvino_telemetry` is made unimportable (a None entry in sys.modules, Python's documented way),
+    so openvino takes its own no-op stub (`openvino.tools.ovc.telemetry_stub`); the entry is removed after.
+    """
+    import sys
+
+    if "openvino" in sys.modules:
+        import openvino
+
+        return openvino
+    blocked = "openvino_telemetry" not in sys.modules
+    if blocked:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
+    try:
+        import openvino
+    finally:
+        if blocked and sys.modules.get("openvino_telemetry", 0) is None:
+            del sys.modules["openvino_telemetry"]
+    return openvino
+
+
 def _compile(path: Path) -> Any:
     """The graph compiled for the CPU plugin with CPU_PROPERTIES; BackendFailed when OpenVINO refuses it."""
-    import openvino as ov
+    ov = import_openvino()
 
     core = ov.Core()
     try:
@@ -95,6 +123,7 @@ class OpenVinoBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("openvino", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[openvino]'"
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
+    concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:
