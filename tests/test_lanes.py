@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -198,3 +199,23 @@ def test_silenced_restores_everything_when_two_threads_leave_in_either_order() -
              logging.getLogger("transformers").level)
     assert seen == [(True, logging.ERROR)]
     assert after == before
+
+
+@pytest.mark.full  # two toy runs of six real backends, ~25 s: `nox -s full`
+def test_real_backends_side_by_side_give_the_report_of_one_at_a_time(tmp_path: Path) -> None:
+    """`parity run --jobs 2` on the toy with real backends, concurrent ones among them (typescript's work is Node's,
+    transformerlens silences its output): the JSON report, timings aside, is the report of `--jobs 1`."""
+    import json
+
+    names = "pytorch,numpy,onnxruntime,typescript,transformerlens,hf-transformers"
+    reports = []
+    for jobs in ("1", "2"):
+        path = tmp_path / f"jobs{jobs}.json"
+        proc = run_cli("run", "--backends", names, "--jobs", jobs, "--json", str(path))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "parity: running transformerlens (fp64) ..." in proc.stderr  # progress survives its silencing
+        report = json.loads(path.read_text())
+        for run in report["runs"] + report["decoding"]["runs"]:
+            run.pop("seconds")
+        reports.append(report)
+    assert reports[0] == reports[1]

@@ -157,7 +157,7 @@ def run(
     `keep_outputs`: keep every output in `report.outputs`; `progress`: called with one line as each backend
     and precision starts (the CLI prints them); `keep_on_crash`: a backend that crashes ends the run with
     the report so far (`report.crash` holds the error, the report does not pass) instead of raising; `jobs`:
-    how many backends may run at once (default two, one on a one-core machine; a backend runs beside another
+    how many backends may run at once (default one; a backend runs beside another
     only if it declares `concurrent = True`, docs/architecture.md), the report the same whatever it is. Raises
     `ParityError` for bad input (an
     unknown backend or precision, a broken fixture, missing dependencies) and `BackendFailed` (also a

@@ -92,7 +92,7 @@ class Backend:
     # False: `parity run` without --backends does not run it (said in one line); it runs when named. For a backend
     # far slower than the rest (a software GPU), so the default run stays a gate of seconds.
     by_default: ClassVar[bool] = True
-    # True: it may run on a worker thread while another backend runs (`parity run --jobs`, the default two lanes):
+    # True: it may run on a worker thread while another backend runs (`parity run --jobs 2`):
     # it changes no process-wide state while it runs (sys.stdout/stderr, warnings filters, logging levels,
     # environment variables, signal handlers, torch's global settings beyond its thread count of one).
     # False (the default, and what a plugin gets unless it says otherwise): it runs on the main thread only.

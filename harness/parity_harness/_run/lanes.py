@@ -36,23 +36,17 @@ from parity_harness._core.errors import ParityError
 
 R = TypeVar("R")
 
-# Lanes `parity run` uses unless told (--jobs): two, or one on a one-core machine.
-DEFAULT_JOBS = 2
-
-
-def default_jobs() -> int:
-    """DEFAULT_JOBS, at most the CPUs this process may run on."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(DEFAULT_JOBS, cpus))
+# Lanes `parity run` uses unless told (--jobs): one. Two backends of GPT-2 size side by side hold both their
+# working sets at once: the six backends of docs/performance.md's memory target peak at 3.3 GB with two lanes
+# against 2.9 GB with one (the target is 3 GB), for 15-20% less wall time; on the toy, where imports dominate,
+# two lanes gain nothing measurable. So side by side is asked for, not assumed.
+DEFAULT_JOBS = 1
 
 
 def lanes_for(jobs: int | None, backends: Sequence[GuardedBackend]) -> int:
-    """How many lanes to run: `jobs` (default `default_jobs()`), one when nothing may run beside the main
+    """How many lanes to run: `jobs` (default DEFAULT_JOBS), one when nothing may run beside the main
     thread (no backend is concurrent, or only one backend) and one with the hang guard armed."""
-    wanted = default_jobs() if jobs is None else jobs
+    wanted = DEFAULT_JOBS if jobs is None else jobs
     if wanted < 1:
         raise ParityError(f"jobs: {wanted} lanes; give 1 or more")
     if os.environ.get(TIMEOUT_VARIABLE) or len(backends) < 2 or not any(b.concurrent for b in backends):

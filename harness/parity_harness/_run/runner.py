@@ -83,7 +83,7 @@ def run_parity(
     and the JSON report show it); False skips that work.
 
     `jobs`: how many backends may run at once (lanes.py: the main thread and worker threads, a backend that
-    declares `concurrent` on a worker; default two, one on a one-core machine). The report is the same
+    declares `concurrent` on a worker; default one, lanes.DEFAULT_JOBS). The report is the same
     whatever it is: each backend's runs and checks are collected on their own and added in the run's order.
 
     A backend that fails mid-run (any ParityError from its code or about what it returned) stops the run
