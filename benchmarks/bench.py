@@ -15,7 +15,8 @@ The acceptance target for training (both models, 4,000 steps each) is under 60 s
 `python -m benchmarks.bench --preset gpt2-small [--keep DIR]` (`nox -s bench -- --preset gpt2-small`):
 exports the preset into a temporary directory (its wall time and peak memory), then runs `parity run`
 on it once per backend that runs at that size (every available built-in backend of the default run that
-does not decline the fixture) and once over all of them, each in a fresh process tree, and prints the wall
+does not decline the fixture) and over all of them, one at a time and with `--jobs 2`, each in a fresh process
+tree, and prints the wall
 time and the peak RSS of the whole tree (benchmarks/treemem.py) beside a floor: the backend's imports, a
 Node start if it runs Node, one read of the file it loads, and its compute at BLAS speed (the forward
 pass's FLOPs over NumPy's measured GEMM rate) in each precision it runs; docs/performance.md has the table.
@@ -280,14 +281,15 @@ def bench_preset(preset: str, keep: str | None) -> int:
         names = scaled_backends(fixture)
         floors = preset_floors(fixture, names)
         report = root.parent / f"{root.name}.report.json"
-        for name in (*names, ",".join(names)):
-            extra = ["--json", str(report)] if "," in name else []
-            m = measure([*cli, "run", "--fixture", str(root), "--backends", name, "--no-skip", *extra])
+        every = ",".join(names)
+        for name, jobs in [*((n, "1") for n in names), (every, "1"), (every, "2")]:
+            extra = ["--json", str(report)] if "," in name and jobs == "1" else []
+            m = measure([*cli, "run", "--fixture", str(root), "--backends", name, "--no-skip", "--jobs", jobs, *extra])
             ran = "; ".join(f"{ln.split()[1]} {ln.split()[-2]} s" for ln in m.output.splitlines() if " ran in " in ln)
             verdict = next((ln.split(":")[0] for ln in m.output.splitlines() if ln.startswith(("PASS", "FAIL"))),
                            f"exit {m.returncode}")
             floor_s, parts = floors["all" if "," in name else name]
-            label = f"all {len(names)}" if "," in name else name
+            label = (f"all {len(names)}" + (f", --jobs {jobs}" if jobs != "1" else "")) if "," in name else name
             rows.append((label, m.wall, m.peak_mb, floor_s,
                          f"{verdict} (exit {m.returncode}); backend time: {ran}; floor: {parts}"))
         print(f"GPT-2-shaped preset {preset}, fixture in a temporary directory; {TARGETS}")
