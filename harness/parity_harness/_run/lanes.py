@@ -38,8 +38,8 @@ R = TypeVar("R")
 
 # Lanes `parity run` uses unless told (--jobs): one. Two backends of GPT-2 size side by side hold both their
 # working sets at once: the six backends of docs/performance.md's memory target peak at 3.3 GB with two lanes
-# against 2.9 GB with one (the target is 3 GB), for 15-20% less wall time; on the toy, where imports dominate,
-# two lanes gain nothing measurable. So side by side is asked for, not assumed.
+# against 2.4 GB with one (the target is 3 GB); all nine take 15-25% less wall time side by side; on the toy,
+# where imports dominate, two lanes gain nothing measurable. So side by side is asked for, not assumed.
 DEFAULT_JOBS = 1
 
 
