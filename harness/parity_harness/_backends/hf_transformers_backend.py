@@ -95,12 +95,14 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     state = {f"transformer.{k}": torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
     if config.positions == "sinusoidal":
         state["transformer.wpe.weight"] = sinusoidal_positions(config.n_ctx, config.d_model, dtype)  # (n_ctx, d)
-    # transformers' documented path for a model built from a config: from_config(config, dtype=...) (the
-    # `torch_dtype` keyword of transformers 4, deprecated for `dtype` since 4.56) builds the model under
-    # torch's default dtype set to `dtype`, and records it as config.dtype.
-    # On the meta device: no random initialization of 124M parameters replaced anyway.
+    # Built from the config on the meta device (no random initialization of 124M parameters replaced anyway),
+    # then given the dtype. Not `from_config(config, dtype=...)`: that builds the model under torch's *default*
+    # dtype set to `dtype`, process-wide, while another backend may be computing beside this one (`--jobs`);
+    # an un-typed tensor it made meanwhile would be float64. The dtype is recorded as config.dtype, as
+    # from_config records it.
     with silenced(("transformers",)), torch.device("meta"):
-        model = cast(Any, AutoModelForCausalLM).from_config(hf_config(config), dtype=dtype)
+        model = cast(Any, AutoModelForCausalLM).from_config(hf_config(config)).to(dtype)
+    model.config.dtype = dtype
     model.load_state_dict(state, strict=False, assign=True)
     model.lm_head.weight = model.transformer.wte.weight  # tied embeddings
     model = model.eval()
@@ -122,6 +124,7 @@ class HFTransformersBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     install_hint: ClassVar[str] = "pip install 'parity-harness[hf]'"
     streams: ClassVar[bool] = True
+    concurrent: ClassVar[bool] = True  # builds without torch's default dtype; only silences output beside others
 
     def supported_taps(self, fixture: Fixture) -> list[str]:
         return [t for t in fixture.tap_names if not t.startswith("ln_final.") and not t.endswith(UNEXPOSED)]
