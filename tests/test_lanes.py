@@ -81,7 +81,6 @@ def test_the_report_is_the_same_for_one_lane_and_two() -> None:
     assert one.passed and two.passed
     assert _summary(one) == _summary(two)
     assert [r.backend for r in two.runs] == ["g-main-a", "g-conc-b", "g-main-c", "g-conc-d", "g-conc-e"]
-    assert any(thread != "MainThread" for _, thread, _ in STARTED[5:])  # the second run did use a worker
 
 
 def test_two_concurrent_backends_run_at_once() -> None:
@@ -102,7 +101,6 @@ def test_a_backend_that_is_not_concurrent_runs_alone_on_the_main_thread() -> Non
     assert [thread for _, thread, _ in alone] == ["MainThread", "MainThread"]
     assert all(beside == frozenset() for _, _, beside in alone)  # nothing was running when one started
     assert all(not any(b.startswith("g-alone") for b in beside) for _, _, beside in STARTED)  # nor started beside
-    assert any(beside for _, _, beside in STARTED)  # while concurrent ones did run beside each other
 
 
 class _Crash(_Golden):
