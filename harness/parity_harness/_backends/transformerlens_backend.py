@@ -74,8 +74,7 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
     # F.linear(x, W_U.T.contiguous()): with W_U a transposed view, W_U.T is W_E itself and contiguous, so
     # each call reads the table in place; a contiguous W_U (d, V) made it copy 50,257 x 768 values on every
     # unembedding (14 per case at GPT-2 size: the logits and 13 lens streams, ~8 s of a float64 run).
-    state: dict[str, torch.Tensor] = {"embed.W_E": wte, "unembed.W_U": wte.T,  # (d, V), strides (1, d)
-                                      "unembed.b_U": torch.zeros(config.vocab_size, dtype=dtype)}
+    state: dict[str, torch.Tensor] = {"embed.W_E": wte, "unembed.b_U": torch.zeros(config.vocab_size, dtype=dtype)}
     if config.positions == "learned":
         state["pos_embed.W_pos"] = take("wpe.weight")  # (n_ctx, d)
     else:  # TransformerLens has no sinusoidal positions: the table, computed in float64, rounded once
@@ -94,7 +93,9 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
         state[b + "mlp.W_in"], state[b + "mlp.b_in"] = take(h + "mlp.c_fc.weight"), take(h + "mlp.c_fc.bias")
         state[b + "mlp.W_out"], state[b + "mlp.b_out"] = take(h + "mlp.c_proj.weight"), take(h + "mlp.c_proj.bias")
     state["ln_final.w"], state["ln_final.b"] = take("ln_f.weight"), take("ln_f.bias")
-    return {k: v if k == "unembed.W_U" else v.contiguous() for k, v in state.items()}
+    state = {k: v.contiguous() for k, v in state.items()}
+    state["unembed.W_U"] = state["embed.W_E"].T  # (d, V), strides (1, d): the view described above
+    return state
 
 
 def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Precision) -> Any:

@@ -72,13 +72,10 @@ def import_openvino() -> Any:
     other threads are importing or computing (`parity run` runs backends side by side). While openvino is first
     imported, `openvino_telemetry` is made unimportable (a None entry in sys.modules, Python's documented way),
     so openvino takes its own no-op stub (`openvino.tools.ovc.telemetry_stub`); the entry is removed after.
+    An openvino imported before is returned as it is.
     """
     import sys
 
-    if "openvino" in sys.modules:
-        import openvino
-
-        return openvino
     blocked = "openvino_telemetry" not in sys.modules
     if blocked:
         sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
