@@ -8,8 +8,9 @@
 // the manifest's order, masked attention scores as -Infinity. On any error: one line on stderr
 // and exit code 2 (bad input) or 1 (anything else).
 //
-// From 1 M parameters on, the matrix products run on several threads (./threads.ts: PARITY_TS_THREADS,
-// default the machine's available parallelism, at most 4); the numbers are the same bit for bit.
+// The matrix products run in WebAssembly (./threads.ts, ./kernels.wat), from 1 M parameters on over
+// several threads (PARITY_TS_THREADS, default the machine's available parallelism, at most 4); the
+// numbers are model.ts's own, bit for bit, on any thread count.
 
 import { FixtureError } from "../model/fixture.ts";
 import { paramShapes, useMatrixProducts } from "../model/model.ts";
@@ -37,8 +38,8 @@ function main(argv: readonly string[]): void {
   const [fixtureDir, outPath] = argv as [string, string];
   const fixture = readFixture(fixtureDir);
   const threads = parameterCount(fixture.config) >= THREADED_PARAMETERS ? threadCount() : 1;
-  const engine = threads > 1 ? threadedProducts(threads) : null;
-  useMatrixProducts(engine); // before the parameters are read: they are allocated where every thread can see them
+  const engine = threadedProducts(threads);
+  useMatrixProducts(engine); // before the parameters are read: they are allocated in the kernels' memory
   try {
     const params = readParams(fixture);
     const meta = { producer: "parity ts_model/node/run.ts", precision: "fp64" };
@@ -49,7 +50,7 @@ function main(argv: readonly string[]): void {
     writeSafetensors(outPath, computeAllTaps(fixture, params), meta);
   } finally {
     useMatrixProducts(null);
-    engine?.close();
+    engine.close();
   }
 }
 

@@ -1,15 +1,19 @@
-// A worker of ./threads.ts: runs model.ts's kernel over the columns it is given, into the shared output,
-// then sets its slot of `done` to 1 (2 if the kernel threw) and wakes the waiting thread.
+// A worker of ./threads.ts: instantiates the WebAssembly kernels over the shared memory it is started
+// with, runs each job's kernel over the columns it is given, then sets its slot of `done` to 1 (2 if the
+// kernel threw) and wakes the waiting thread.
 
-import { parentPort } from "node:worker_threads";
+import { parentPort, workerData } from "node:worker_threads";
 
-import { PRODUCT_KERNELS } from "../model/model.ts";
-import type { Job } from "./threads.ts";
+import type { Job, WorkerSetup } from "./threads.ts";
+import { instantiateKernels } from "./wasm-kernels.ts";
+
+const setup = workerData as WorkerSetup;
+const kernels = instantiateKernels(setup.memory, setup.module);
 
 parentPort?.on("message", (job: Job) => {
   let status = 1;
   try {
-    PRODUCT_KERNELS[job.kind](job.xd, job.wd, job.od, job.T, job.n, job.m, job.j0, job.j1);
+    kernels[job.kind](job.x, job.w, job.o, job.T, job.n, job.m, job.j0, job.j1);
   } catch {
     status = 2;
   }

@@ -1,6 +1,6 @@
-// The threaded matrix products (../node/threads.ts) against the one-thread engine: the same bits, on
-// shapes that leave remainders (T not a multiple of 4, odd m, a range of one column), and the model's
-// taps the same through either engine.
+// The threaded WebAssembly matrix products (../node/threads.ts) against model.ts's one-thread
+// JavaScript engine: the same bits, on shapes that leave remainders (T not a multiple of 4, odd m, a
+// range narrower than a tile), and the model's taps the same through either engine.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -8,24 +8,9 @@ import { test } from "node:test";
 import { SINGLE_THREAD, runWithTaps, useMatrixProducts, paramShapes } from "../model/model.ts";
 import type { GPTConfig, ProductKind, Tensor } from "../model/model.ts";
 import { columnRanges, threadCount, threadedProducts } from "../node/threads.ts";
+import { sameBits, values } from "./test-values.ts";
 
-/** Deterministic values in [-1, 1) with many significant bits (a 32-bit LCG). */
-function values(length: number, seed: number): Float64Array {
-  const out = new Float64Array(length);
-  let s = seed >>> 0;
-  for (let i = 0; i < length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = s / 2 ** 31 - 1 + s / 2 ** 53;
-  }
-  return out;
-}
-
-function sameBits(a: Float64Array, b: Float64Array): boolean {
-  return a.length === b.length && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(
-    Buffer.from(b.buffer, b.byteOffset, b.byteLength));
-}
-
-test("column ranges cover [0, m) once, in order, every width but the last even", () => {
+test("column ranges cover [0, m) once, in order, every width but the last a multiple of the 4-column tile", () => {
   for (const [m, parts] of [[1, 2], [7, 2], [50257, 2], [3072, 3], [10, 4], [5, 8]] as const) {
     const ranges = columnRanges(m, parts);
     assert.equal(ranges[0]![0], 0);
@@ -33,7 +18,7 @@ test("column ranges cover [0, m) once, in order, every width but the last even",
     ranges.forEach(([j0, j1], i) => {
       assert.ok(j1 > j0, `empty range ${j0}..${j1}`);
       if (i > 0) assert.equal(j0, ranges[i - 1]![1]);
-      if (i < ranges.length - 1) assert.equal((j1 - j0) % 2, 0);
+      if (i < ranges.length - 1) assert.equal((j1 - j0) % 4, 0);
     });
     assert.ok(ranges.length <= parts);
   }
@@ -49,11 +34,13 @@ test("threaded products equal one thread's bit for bit, remainders included", ()
         const w = engine.alloc(n * m);
         w.set(values(n * m, m));
         const one = SINGLE_THREAD.run(kind, x, w, T, n, m);
+        const split = engine.counts.split;
         const many = engine.run(kind, x, w, T, n, m);
-        assert.ok(T * n * m < 1 << 20 || many.buffer instanceof SharedArrayBuffer, `${kind} ${T}x${n}x${m} was not split`);
+        assert.equal(engine.counts.split, split + (T * n * m >= 1 << 20 ? 1 : 0), `${kind} ${T}x${n}x${m} split or not`);
         assert.ok(sameBits(one, many), `${kind} ${T}x${n}x${m}: threaded result differs`);
       }
     }
+    assert.equal(engine.counts.javascript, 0);
   } finally {
     engine.close();
   }
@@ -92,5 +79,22 @@ test("PARITY_TS_THREADS: a whole number from 1 to 64, else a clear error", () =>
   assert.ok(threadCount({}) >= 1 && threadCount({}) <= 4);
   for (const bad of ["0", "-1", "2.5", "many", "65"]) {
     assert.throws(() => threadCount({ PARITY_TS_THREADS: bad }), /PARITY_TS_THREADS=.*whole number from 1 to 64/);
+  }
+});
+
+test("weights outside the kernels' memory run model.ts's JavaScript kernel, with the same result", () => {
+  const engine = threadedProducts(1);
+  try {
+    const [T, n, m] = [5, 33, 70];
+    const x = values(T * n, 3);
+    const w = values(n * m, 4); // an ordinary array, as alloc gives past wasm32's 4 GiB
+    const inMemory = engine.alloc(n * m);
+    inMemory.set(w);
+    for (const kind of ["linear", "linearTransposed"] as ProductKind[]) {
+      assert.ok(sameBits(engine.run(kind, x, w, T, n, m), engine.run(kind, x, inMemory, T, n, m)), kind);
+    }
+    assert.deepEqual(engine.counts, { split: 0, oneThread: 2, javascript: 2 });
+  } finally {
+    engine.close();
   }
 });
