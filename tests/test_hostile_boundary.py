@@ -197,7 +197,7 @@ def test_decode_check_backend_reports_a_decode_crash_as_a_failed_check(case: str
 
 
 CONTRACT_METHODS = {"run", "run_cases", "decode", "supports_decoding", "declines", "supported_taps",
-                    "missing_dependencies"}
+                    "missing_dependencies", "import_requirements"}
 NOT_BACKENDS = {"subprocess", "session", "evaluator", "nox", "api"}  # receivers whose .run() is not a backend's
 # (`api.run`: the public API, which goes through the boundary itself)
 

@@ -7,6 +7,8 @@ runner, the boundary and the judge are the real ones. What must hold:
 - a backend that is not `concurrent` runs on the main thread, alone: nothing runs beside it;
 - a crash stops the run as it does one at a time: the backends before it keep their results, none after it does;
 - PARITY_BACKEND_TIMEOUT (the hang guard, a main-thread alarm) puts every backend on the main thread;
+- with two lanes, every concurrent backend's imports are made on the main thread before any backend runs, and
+  imports that fail are reported by their backend when it runs, in its place;
 - `concurrent` is declared as a bool, or the backend is refused in one line.
 """
 
@@ -128,6 +130,42 @@ def test_the_hang_guard_puts_every_backend_on_the_main_thread(monkeypatch: pytes
                      jobs=2)
     assert report.passed
     assert {thread for _, thread, _ in STARTED} == {"MainThread"}
+
+
+IMPORTED: list[tuple[str, str, int]] = []  # (backend, thread name, backends started by then)
+
+
+class _Imports(_Golden):
+    def import_requirements(self) -> None:
+        IMPORTED.append((self.name, threading.current_thread().name, len(STARTED)))
+
+
+class _ImportFails(_Golden):
+    def import_requirements(self) -> None:
+        raise ImportError("no module named 'g_missing'")
+
+    def work(self) -> None:
+        raise ImportError("no module named 'g_missing' (at run)")
+
+
+def test_two_lanes_import_every_concurrent_backend_on_the_main_thread_first() -> None:
+    IMPORTED.clear()
+    backends = [type(f"B_i{k}", (_Imports,), {"name": f"g-imp-{k}", "concurrent": c})()
+                for k, c in (("a", True), ("b", False), ("c", True), ("d", True))]
+    assert api.run(backends, precisions="fp64", jobs=2).passed
+    assert IMPORTED == [("g-imp-a", "MainThread", 0), ("g-imp-c", "MainThread", 0), ("g-imp-d", "MainThread", 0)]
+    IMPORTED.clear()
+    assert api.run(backends, precisions="fp64", jobs=1).passed
+    assert IMPORTED == []  # one lane: each backend imports as it runs, as before
+
+
+def test_imports_that_fail_are_reported_by_their_backend_in_its_place() -> None:
+    failing = type("B_if", (_ImportFails,), {"name": "g-imp-fails", "concurrent": True})()
+    backends = [_golden("g-imp-first", False, pause=0.2), failing, _golden("g-imp-after", True)]
+    report = api.run(backends, precisions="fp64", jobs=2, keep_on_crash=True)
+    assert [(r.backend, r.status.name) for r in report.runs] == [("g-imp-first", "RAN"), ("g-imp-fails", "CRASHED")]
+    assert report.crash is not None and "(at run)" in str(report.crash)
+    assert not report.passed
 
 
 def test_concurrent_must_be_a_bool() -> None:

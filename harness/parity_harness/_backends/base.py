@@ -103,6 +103,14 @@ class Backend:
         """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""
         return [m for m in self.requires if not module_available(m)]
 
+    def import_requirements(self) -> None:
+        """Import what it computes with. `parity run --jobs N` (N > 1) calls it on the main thread, one backend
+        after another, for every concurrent backend before any runs: a library half-imported on one thread can
+        be seen half-made from another. By default it imports `requires`; override it where a module must be
+        imported a certain way (openvino, without its telemetry)."""
+        for module in self.requires:
+            importlib.import_module(module)
+
     def supported_taps(self, fixture: Fixture) -> list[str]:
         """The taps this backend produces for this fixture; by default every tap of the manifest."""
         return list(fixture.tap_names)

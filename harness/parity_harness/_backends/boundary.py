@@ -324,6 +324,10 @@ class GuardedBackend:
                                 f"{one_line(repr(missing))[:80]}, expected a list of strings")
         return [one_line(m) for m in missing]
 
+    def preload(self) -> None:
+        """Its imports (`import_requirements`), done before backends run side by side; BackendFailed if they fail."""
+        self._call("import_requirements", self._backend.import_requirements)
+
     def unavailable(self) -> str | None:
         """Why it cannot run here (its missing dependencies and how to install them, one line), or None."""
         missing = self.missing()

@@ -17,7 +17,12 @@ sits half idle. Here every lane takes the next backend in the run's order that i
 - a backend that fails stops the run as it would one at a time: the backends before it in the run's order
   still run and keep their results, none after it is started, and what those had finished is dropped;
 - with `PARITY_BACKEND_TIMEOUT` set, everything runs on the main thread: the hang guard is a SIGALRM timer,
-  which only the main thread has (guard.py).
+  which only the main thread has (guard.py);
+- before a worker starts, the main thread makes every concurrent backend import what it computes with
+  (`Backend.import_requirements`, by default its `requires`), one after another, quietly. A library
+  half-imported on one thread can be seen half-made from another: a run with hf-transformers and
+  transformerlens side by side failed with "cannot import name 'AutoTokenizer' from 'transformers'" while both
+  were importing it. A backend whose imports fail meets the same failure when it runs, and reports it there.
 
 A worker thread is a daemon: on Ctrl-C the main thread leaves at once, and what a backend started outside
 the process (Node) is ended by the run's closers (sessions.py).
@@ -32,7 +37,8 @@ from typing import Generic, TypeVar
 
 from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._backends.guard import TIMEOUT_VARIABLE
-from parity_harness._core.errors import ParityError
+from parity_harness._backends.quiet import silenced
+from parity_harness._core.errors import BackendFailed, ParityError
 
 R = TypeVar("R")
 
@@ -119,6 +125,18 @@ class _Schedule:
             self.cond.notify_all()
 
 
+def import_requirements(backends: Sequence[GuardedBackend]) -> None:
+    """Every concurrent backend's imports, on this thread, quietly. One that fails is skipped here: the backend
+    meets the same failure when it runs, in its place in the run's order, and reports it there."""
+    with silenced():
+        for backend in backends:
+            if backend.concurrent:
+                try:
+                    backend.preload()
+                except BackendFailed:
+                    continue
+
+
 def run_in_lanes(
     backends: Sequence[GuardedBackend], run_one: Callable[[GuardedBackend], R], failed: Callable[[R], bool],
     jobs: int,
@@ -144,6 +162,8 @@ def run_in_lanes(
 
     workers = [threading.Thread(target=lane, args=(False,), name=f"parity-lane-{k}", daemon=True)
                for k in range(1, jobs)]
+    if workers:
+        import_requirements(backends)
     try:
         for w in workers:
             w.start()

@@ -122,6 +122,11 @@ class OpenVinoBackend(Backend):
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
     concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
+    def import_requirements(self) -> None:
+        """openvino without its telemetry (`import_openvino`), then onnx."""
+        import_openvino()
+        import onnx  # noqa: F401
+
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:
             raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
