@@ -7,7 +7,7 @@ runner, the boundary and the judge are the real ones. What must hold:
 - a backend that is not `concurrent` runs on the main thread, alone: nothing runs beside it;
 - a crash stops the run as it does one at a time: the backends before it keep their results, none after it does;
 - PARITY_BACKEND_TIMEOUT (the hang guard, a main-thread alarm) puts every backend on the main thread;
-- with two lanes, every concurrent backend's imports are made on the main thread before any backend runs, and
+- with two lanes, every concurrent backend makes its imports before it runs, never beside another's, and
   imports that fail are reported by their backend when it runs, in its place;
 - `concurrent` is declared as a bool, or the backend is refused in one line.
 """
@@ -132,12 +132,18 @@ def test_the_hang_guard_puts_every_backend_on_the_main_thread(monkeypatch: pytes
     assert {thread for _, thread, _ in STARTED} == {"MainThread"}
 
 
-IMPORTED: list[tuple[str, str, int]] = []  # (backend, thread name, backends started by then)
+IMPORTED: list[tuple[str, str, bool]] = []  # (backend, thread name, another backend importing at the time)
+_importing: set[str] = set()
 
 
 class _Imports(_Golden):
     def import_requirements(self) -> None:
-        IMPORTED.append((self.name, threading.current_thread().name, len(STARTED)))
+        with _lock:
+            IMPORTED.append((self.name, threading.current_thread().name, bool(_importing)))
+            _importing.add(self.name)
+        time.sleep(0.1)  # long enough for the other lane to try its own imports meanwhile
+        with _lock:
+            _importing.discard(self.name)
 
 
 class _ImportFails(_Golden):
@@ -148,12 +154,15 @@ class _ImportFails(_Golden):
         raise ImportError("no module named 'g_missing' (at run)")
 
 
-def test_two_lanes_import_every_concurrent_backend_on_the_main_thread_first() -> None:
+def test_two_lanes_import_each_concurrent_backend_before_it_runs_and_one_at_a_time() -> None:
     IMPORTED.clear()
     backends = [type(f"B_i{k}", (_Imports,), {"name": f"g-imp-{k}", "concurrent": c})()
                 for k, c in (("a", True), ("b", False), ("c", True), ("d", True))]
     assert api.run(backends, precisions="fp64", jobs=2).passed
-    assert IMPORTED == [("g-imp-a", "MainThread", 0), ("g-imp-c", "MainThread", 0), ("g-imp-d", "MainThread", 0)]
+    assert sorted(name for name, _, _ in IMPORTED) == ["g-imp-a", "g-imp-c", "g-imp-d"]  # the concurrent ones
+    assert not any(overlap for _, _, overlap in IMPORTED)  # never two backends' imports at once
+    ran_on = {name: thread for name, thread, _ in STARTED}
+    assert all(ran_on[name] == thread for name, thread, _ in IMPORTED)  # on the thread that runs it, before
     IMPORTED.clear()
     assert api.run(backends, precisions="fp64", jobs=1).passed
     assert IMPORTED == []  # one lane: each backend imports as it runs, as before

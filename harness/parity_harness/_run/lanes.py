@@ -18,8 +18,9 @@ sits half idle. Here every lane takes the next backend in the run's order that i
   still run and keep their results, none after it is started, and what those had finished is dropped;
 - with `PARITY_BACKEND_TIMEOUT` set, everything runs on the main thread: the hang guard is a SIGALRM timer,
   which only the main thread has (guard.py);
-- before a worker starts, the main thread makes every concurrent backend import what it computes with
-  (`Backend.import_requirements`, by default its `requires`), one after another, quietly. A library
+- with more than one lane, a concurrent backend first imports what it computes with
+  (`Backend.import_requirements`, by default its `requires`), quietly, holding a lock no other backend's
+  imports pass: imports happen one backend at a time, beside the other lane's compute. A library
   half-imported on one thread can be seen half-made from another: a run with hf-transformers and
   transformerlens side by side failed with "cannot import name 'AutoTokenizer' from 'transformers'" while both
   were importing it. A backend whose imports fail meets the same failure when it runs, and reports it there.
@@ -30,6 +31,7 @@ the process (Node) is ended by the run's closers (sessions.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -125,16 +127,14 @@ class _Schedule:
             self.cond.notify_all()
 
 
-def import_requirements(backends: Sequence[GuardedBackend]) -> None:
-    """Every concurrent backend's imports, on this thread, quietly. One that fails is skipped here: the backend
-    meets the same failure when it runs, in its place in the run's order, and reports it there."""
-    with silenced():
-        for backend in backends:
-            if backend.concurrent:
-                try:
-                    backend.preload()
-                except BackendFailed:
-                    continue
+_imports = threading.Lock()  # held while a backend imports its libraries: one backend's imports at a time
+
+
+def import_requirements(backend: GuardedBackend) -> None:
+    """A backend's imports (`Backend.import_requirements`), quietly, none beside another's. One that fails is
+    skipped here: the backend meets the same failure when it runs, and reports it in its place."""
+    with _imports, silenced(), contextlib.suppress(BackendFailed):
+        backend.preload()
 
 
 def run_in_lanes(
@@ -151,6 +151,8 @@ def run_in_lanes(
         while (i := schedule.take(main)) is not None:
             end = True
             try:
+                if jobs > 1 and backends[i].concurrent:
+                    import_requirements(backends[i])
                 result = outcomes[i].result = run_one(backends[i])
                 end = failed(result)
             except BaseException as exc:  # kept for the main thread, which raises it at i's place in the order
@@ -162,8 +164,6 @@ def run_in_lanes(
 
     workers = [threading.Thread(target=lane, args=(False,), name=f"parity-lane-{k}", daemon=True)
                for k in range(1, jobs)]
-    if workers:
-        import_requirements(backends)
     try:
         for w in workers:
             w.start()
