@@ -104,10 +104,10 @@ class Backend:
         return [m for m in self.requires if not module_available(m)]
 
     def import_requirements(self) -> None:
-        """Import what it computes with. `parity run --jobs N` (N > 1) calls it on the main thread, one backend
-        after another, for every concurrent backend before any runs: a library half-imported on one thread can
-        be seen half-made from another. By default it imports `requires`; override it where a module must be
-        imported a certain way (openvino, without its telemetry)."""
+        """Import what it computes with. With `parity run --jobs N` (N > 1), parity calls it for a concurrent
+        backend just before the backend runs, holding a lock, so that no two backends import at once: a library
+        half-imported on one thread can be seen half-made from another. By default it imports `requires`;
+        override it where a module must be imported a certain way (openvino, without its telemetry)."""
         for module in self.requires:
             importlib.import_module(module)
 
