@@ -24,6 +24,7 @@ from parity_harness._compare.judge import (
     compare_tensors,
     first_divergence,
     judge_tensor,
+    max_abs_error,
     summarize_tap,
 )
 from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced, on_grid
@@ -363,6 +364,27 @@ def test_compare_tensors_agrees_with_the_oracle(dtype: type, large: bool) -> Non
             want = oracle_compare_tensors(a, b, atol, rtol)
         got = compare_tensors(a, b, atol, rtol)
         assert not _differences(got, want), (trial, shape, atol, rtol, _differences(got, want))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("large", [False, True])
+def test_max_abs_error_is_what_the_budget_read_of_the_oracle(dtype: type, large: bool) -> None:
+    """The budget's question (a result against the float64 truth, judged in float64 at atol = rtol = 0):
+    max_abs, the worst cell and the structural message, as the whole comparison gives them."""
+    rng = np.random.default_rng(11 + large + 2 * (dtype is np.float64))
+    shapes = LARGE_SHAPES if large else SMALL_SHAPES
+    for trial in range(40 if large else 600):
+        shape = shapes[trial % len(shapes)]
+        a, b = _pair(rng, shape, dtype, *_tolerances(rng))
+        truth = b.astype(np.float64)
+        if trial % 7 == 3 and a.ndim and a.shape[0] > 1:
+            a = a[1:]  # a shape mismatch
+        with np.errstate(all="ignore"):
+            want = oracle_compare_tensors(a.astype(np.float64), truth, 0.0, 0.0)
+        got = max_abs_error(a, truth)
+        assert (got.message, got.index) == (want.message, want.index), (trial, shape)
+        assert _same(got.max_abs, want.max_abs), (trial, shape, got.max_abs, want.max_abs)
+    assert max_abs_error(np.zeros(3), np.zeros(3, np.float32)).message == "dtype float64 != expected float32"
 
 
 def test_compare_tensors_agrees_on_layouts_and_other_dtypes() -> None:

@@ -26,7 +26,8 @@ The rules (docs/spec.md, section 3):
   NaN, before the tolerance: it names the cause where the tolerance alone may not see it.
 Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`. The comparison makes
 no tensor-sized temporaries (`_measure`: slices in reused work rows, cell for cell the rule above);
-tests/test_compare.py holds the whole-array version it replaced as its oracle.
+tests/test_compare.py holds the whole-array version it replaced as its oracle. The error budget's
+question alone (max |a - b| against the float64 truth, and where) is `max_abs_error`, on the same slices.
 """
 
 from __future__ import annotations
@@ -186,28 +187,28 @@ def _measure(a: np.ndarray, b: np.ndarray, atol: float, rtol: float, guard: floa
         for start in range(0, a.size, _CHUNK):
             x, y = a[start:start + _CHUNK], b[start:start + _CHUNK]
             diff, t, u = rows[0, :x.size], rows[1, :x.size], rows[2, :x.size]
-            np.subtract(x, y, out=diff, dtype=np.float64)
-            np.abs(diff, out=diff)
-            if masked:
-                inf_b = np.isinf(y)
-                np.copyto(diff, 0.0, where=inf_b)
+            inf_b = _abs_diff(x, y, diff, masked)
             i = int(np.argmax(diff))
             if not masked and not math.isfinite(diff[i]):
                 return None
             abs_max.append(float(diff[i]))
             abs_at.append(start + i)
             np.abs(y, out=t, dtype=np.float64)  # abs_b
-            if masked:
+            if inf_b is not None:
                 np.copyto(t, 0.0, where=inf_b)
             np.maximum(t, guard, out=u)
             np.divide(diff, u, out=u)  # rel
             rel_max.append(float(u.max()))
-            np.multiply(t, rtol, out=t)  # rtol * abs_b
-            np.subtract(diff, t, out=u)
-            np.maximum(u, 0.0, out=u)  # what min_atol is the largest of
-            atol_max.append(float(u.max()))
-            np.add(t, atol, out=t)  # allowed = atol + rtol * abs_b
-            np.subtract(diff, t, out=t)  # excess
+            if rtol == 0.0:  # abs_b is finite here: rtol * abs_b is 0, diff - 0 is diff, allowed is atol
+                atol_max.append(abs_max[-1])  # the largest max(diff, 0): diff >= 0, and no NaN is left
+                np.subtract(diff, atol, out=t)  # excess, as diff - (atol + 0)
+            else:
+                np.multiply(t, rtol, out=t)  # rtol * abs_b
+                np.subtract(diff, t, out=u)
+                m = float(u.max())  # the largest max(u, 0): u's max, 0 when it is negative (NaN stays NaN)
+                atol_max.append(0.0 if m < 0.0 else m)
+                np.add(t, atol, out=t)  # allowed = atol + rtol * abs_b
+                np.subtract(diff, t, out=t)  # excess
             j = int(np.argmax(t))
             excess_max.append(float(t[j]))
             excess_at.append(start + j)
@@ -215,6 +216,69 @@ def _measure(a: np.ndarray, b: np.ndarray, atol: float, rtol: float, guard: floa
                 n_bad += int(np.count_nonzero(t > 0.0))
     worst = excess_at[_first_max(excess_max)] if n_bad else abs_at[_first_max(abs_max)]
     return _max(abs_max), _max(rel_max), _max(atol_max), worst, n_bad
+
+
+def _abs_diff(x: np.ndarray, y: np.ndarray, diff: np.ndarray, masked: bool) -> np.ndarray | None:
+    """diff = |x - y| in float64, a slice; `masked`: 0 where y is infinite, and that mask is returned (else None)."""
+    np.subtract(x, y, out=diff, dtype=np.float64)
+    np.abs(diff, out=diff)
+    if not masked:
+        return None
+    inf_b: np.ndarray = np.isinf(y)
+    np.copyto(diff, 0.0, where=inf_b)
+    return inf_b
+
+
+@dataclass
+class AbsError:
+    """What the error budget reads of a comparison: the largest |a - b|, its first cell, or a structural failure."""
+
+    max_abs: float
+    index: list[int] | None = None
+    message: str = ""  # shape, dtype, NaN or infinity (max_abs is then inf), as `_compare` words it
+
+
+def max_abs_error(actual: np.ndarray, expected: np.ndarray) -> AbsError:
+    """`_compare(actual, expected, 0.0, 0.0, actual_as=float64)`'s max_abs, index and message, measuring nothing else.
+
+    At atol = rtol = 0 the excess is the difference itself, so `_compare`'s worst cell is the first
+    largest |a - b|: one subtraction, one abs and one argmax a slice (`_measure_abs`) give what the
+    budget read of `_measure`. The structural rules are `_compare`'s own (`_structural`).
+    """
+    if actual.shape != expected.shape:
+        return AbsError(math.inf, message=f"shape {list(actual.shape)} != expected {list(expected.shape)}")
+    if expected.dtype != _F64:
+        return AbsError(math.inf, message=f"dtype {_F64} != expected {expected.dtype}")
+    if actual.size == 0:
+        return AbsError(0.0)
+    a, b = _flat64(actual), _flat64(expected)
+    found = _measure_abs(a, b, masked=False)
+    if found is None:
+        failure = _structural(a, b, actual.shape)
+        if failure is not None:
+            return AbsError(math.inf, failure.index, failure.message)
+        found = _measure_abs(a, b, masked=True)
+        assert found is not None
+    max_abs, worst = found
+    return AbsError(max_abs, [int(i) for i in np.unravel_index(worst, actual.shape)])
+
+
+def _measure_abs(a: np.ndarray, b: np.ndarray, masked: bool) -> tuple[float, int] | None:
+    """`_measure`'s max_abs and first largest diff cell alone, a slice at a time (None as it returns None)."""
+    diff_row = _SCRATCH.rows[0]
+    abs_max: list[float] = []
+    abs_at: list[int] = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, a.size, _CHUNK):
+            x, y = a[start:start + _CHUNK], b[start:start + _CHUNK]
+            diff = diff_row[:x.size]
+            _abs_diff(x, y, diff, masked)
+            i = int(np.argmax(diff))
+            if not masked and not math.isfinite(diff[i]):
+                return None
+            abs_max.append(float(diff[i]))
+            abs_at.append(start + i)
+    return _max(abs_max), abs_at[_first_max(abs_max)]
 
 
 def _max(values: list[float]) -> float:
