@@ -62,10 +62,17 @@ def _units(max_abs: float, magnitude: float, eps: float) -> float:
 
 
 def tap_budget(
-    backend: str, precision: str, tap: str, actual: dict[str, np.ndarray | None], truth: dict[str, np.ndarray]
+    backend: str, precision: str, tap: str, actual: dict[str, np.ndarray | None], truth: dict[str, np.ndarray],
+    magnitude: float | None = None,
 ) -> BudgetRow:
-    """The budget row of one tap: `actual` and `truth` are {case: array} (actual None when missing)."""
-    row = BudgetRow(backend, precision, tap, OK, 0.0, tap_magnitude(truth.values()))
+    """The budget row of one tap: `actual` and `truth` are {case: array} (actual None when missing).
+
+    `magnitude`: M of `truth` when the caller knows it (`Fixture.golden_magnitudes`, measured once per
+    golden, not once per backend); None measures it here (`tap_magnitude`).
+    """
+    if magnitude is None:
+        magnitude = tap_magnitude(truth.values())
+    row = BudgetRow(backend, precision, tap, OK, 0.0, magnitude)
     worst = -1.0
     for case, g in truth.items():
         a = actual.get(case)
@@ -111,10 +118,13 @@ class BudgetAccumulator:
         self.backend, self.precision, self.tap_names, self.supported = backend, precision, tap_names, set(supported)
         self.merged: dict[str, BudgetRow] = {}
 
-    def add_case(self, case: str, output: Mapping[str, np.ndarray | None], truth: Mapping[str, np.ndarray]) -> None:
+    def add_case(self, case: str, output: Mapping[str, np.ndarray | None], truth: Mapping[str, np.ndarray],
+                 magnitudes: Mapping[str, float] | None = None) -> None:
+        """One case's rows; `magnitudes`: {tap: M} of `truth` when known (`Fixture.golden_magnitudes`)."""
         for tap in self.tap_names:
             if tap in self.supported:
-                row = tap_budget(self.backend, self.precision, tap, {case: output.get(tap)}, {case: truth[tap]})
+                row = tap_budget(self.backend, self.precision, tap, {case: output.get(tap)}, {case: truth[tap]},
+                                 None if magnitudes is None else magnitudes[tap])
                 self.merged[tap] = merge_rows(self.merged.get(tap), row)
 
     def rows(self) -> list[BudgetRow]:
@@ -127,7 +137,8 @@ def reference_rows(fixture: Fixture) -> list[BudgetRow]:
     """The fixture's PyTorch float32 golden against its float64 golden (the "golden.fp32" row), case by case."""
     acc = BudgetAccumulator(GOLDEN_FP32, "fp32", fixture.tap_names, fixture.tap_names)
     for case in fixture.cases:
-        acc.add_case(case.name, fixture.golden_case("fp32", case.name), fixture.golden_case("fp64", case.name))
+        acc.add_case(case.name, fixture.golden_case("fp32", case.name), fixture.golden_case("fp64", case.name),
+                     fixture.golden_magnitudes("fp64", case.name))
     return acc.rows()
 
 

@@ -28,7 +28,7 @@ from parity_harness._core.errors import FixtureError
 from parity_harness._core.input_files import MAX_MANIFEST_BYTES
 from parity_harness._core.precision import DTYPES, TIERS, Precision
 from parity_harness._core.strict_json import load_json_object
-from parity_harness._fixture.files import frozen, read_safetensors, sha256_file
+from parity_harness._fixture.files import TensorFile, frozen, open_tensor_file, read_safetensors, sha256_file
 from parity_harness._fixture.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -72,15 +72,23 @@ class Fixture:
         self._check_hashes()  # the IO: every listed file read once, against its sha256
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
-        self._validated: set[Precision] = set()  # golden files checked by `validate_golden`
+        self._golden_files: dict[Precision, TensorFile] = {}  # golden files checked by `validate_golden`, read lazily
+        self._case_magnitudes: dict[tuple[Precision, str], dict[str, float]] = {}  # `golden_magnitudes`
         self._magnitudes: dict[str, float] | None = None  # M_tap of the fp32 golden (`tap_magnitudes`)
 
     # -- reading files ----------------------------------------------------------------------
-    def _check_overrides(self, precision: Precision, golden: dict[str, dict[str, np.ndarray]]) -> None:
-        """Each per-tap override against its ceiling (`_check_override_ceilings`), from goldens in memory."""
+    def _measure_golden(self, precision: Precision, case: Case, tensors: dict[str, np.ndarray]) -> None:
+        """Keep M of each tap of one case's golden (`golden_magnitudes`), measured as the golden is checked."""
+        self._case_magnitudes[(precision, case.name)] = {tap: tap_magnitude([tensors[tap]]) for tap in self.tap_names}
+
+    def _check_overrides(self, precision: Precision) -> None:
+        """Each per-tap override against its ceiling (`_check_override_ceilings`), from every case's magnitudes."""
         if self.tolerances[precision].overrides:
-            self._check_override_ceilings(precision, {
-                tap: tap_magnitude(golden[c.name][tap] for c in self.cases) for tap in self.tap_names})
+            magnitude: dict[str, float] = {}
+            for case in self.cases:
+                for tap, m in self._case_magnitudes[(precision, case.name)].items():
+                    magnitude[tap] = max(magnitude.get(tap, 0.0), m)
+            self._check_override_ceilings(precision, magnitude)
 
     def _check_override_ceilings(self, precision: Precision, magnitude: dict[str, float]) -> None:
         """Each per-tap override against its ceiling, from the goldens' magnitudes (`Manifest.override_problems`)."""
@@ -172,32 +180,20 @@ class Fixture:
         rows = {self.tap_rows.get(t) for t in lens}
         return rows.pop() if len(rows) == 1 else None
 
-    def _golden_tensor(self, path: Path, f: Any, precision: Precision, case: Case, tap: str) -> np.ndarray:
-        """One golden tensor read from an open safetensors file, checked: shape, dtype, no NaN."""
+    def _golden_key(self, golden: TensorFile, precision: Precision, case: Case, tap: str) -> str:
+        """The name of one golden tensor in its file, checked against the file's header: present, dtype, shape."""
         key = f"{case.name}/{tap}"
-        try:
-            t = f.get_tensor(key)
-        except Exception:  # safetensors raises its own error type for a missing key
-            raise FixtureError(f"{path}: missing golden tensor {key!r}") from None
+        span = golden.tensors.get(key)
+        if span is None:
+            raise FixtureError(f"{golden.path}: missing golden tensor {key!r}")
+        dtype = np.dtype(DTYPES[precision])
+        if span.dtype != dtype.name:
+            raise FixtureError(f"{golden.path}: golden tensor {key!r} is {span.dtype}, expected {dtype}")
         shape = self.golden_shape(tap, case)
-        if t.dtype != DTYPES[precision]:
-            raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(DTYPES[precision])}")
-        if t.shape != shape:
-            raise FixtureError(f"{path}: golden tensor {key!r} has shape {list(t.shape)}, expected {list(shape)}")
-        if np.isnan(t).any():
-            raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
-        return t  # type: ignore[no-any-return]
-
-    def _open_golden(self, precision: Precision) -> tuple[Path, Any]:
-        from safetensors import SafetensorError, safe_open
-
-        path = self.golden_path(precision)
-        try:
-            return path, safe_open(str(path), framework="numpy", backend="pread")
-        except FileNotFoundError:
-            raise FixtureError(f"{path}: file not found") from None
-        except (SafetensorError, OSError, ValueError, TypeError) as exc:
-            raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
+        if span.shape != shape:
+            raise FixtureError(f"{golden.path}: golden tensor {key!r} has shape {list(span.shape)}, "
+                               f"expected {list(shape)}")
+        return key
 
     def preload_golden(self, precision: Precision) -> None:
         """Before any backend runs: read and check a tier's golden file, keeping it in memory when it is
@@ -209,41 +205,60 @@ class Fixture:
             self.validate_golden(precision)
 
     def validate_golden(self, precision: Precision) -> None:
-        """Check a golden file as `golden` does, one tensor at a time (nothing is kept): keys, shapes,
-        dtypes, no NaN, and the per-tap overrides against their ceilings. Done once per tier."""
-        if precision in self._validated or precision in self._golden:
+        """Check a golden file as `golden` does, one tensor at a time (nothing is kept but each tap's
+        magnitude): its header (`open_tensor_file`), keys, shapes, dtypes, no NaN, and the per-tap
+        overrides against their ceilings. Done once per tier; later reads (`golden_case`, `golden_tap`)
+        use the header checked here and refuse the file if it is no longer the same file."""
+        if precision in self._golden_files or precision in self._golden:
             return
-        path, f = self._open_golden(precision)
-        keys = set(f.keys())
+        golden = open_tensor_file(self.golden_path(precision))
         expected = {f"{c.name}/{t}" for c in self.cases for t in self.tap_names}
-        extra = sorted(keys - expected)
+        extra = sorted(set(golden.tensors) - expected)
         if extra:
-            raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
-        magnitude: dict[str, float] = {}
-        for case in self.cases:
-            for tap in self.tap_names:
-                t = self._golden_tensor(path, f, precision, case, tap)
-                magnitude[tap] = max(magnitude.get(tap, 0.0), tap_magnitude([t]))
-        if self.tolerances[precision].overrides:
-            self._check_override_ceilings(precision, magnitude)
-        self._validated.add(precision)
+            raise FixtureError(f"{golden.path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+        measured: dict[tuple[Precision, str], dict[str, float]] = {}
+        with golden.reading() as read:
+            for case in self.cases:
+                magnitude = measured[(precision, case.name)] = {}
+                for tap in self.tap_names:
+                    key = self._golden_key(golden, precision, case, tap)
+                    t = read(key)
+                    if np.isnan(t).any():
+                        raise FixtureError(f"{golden.path}: golden tensor {key!r} holds NaN (a broken fixture)")
+                    magnitude[tap] = tap_magnitude([t])
+        self._case_magnitudes.update(measured)
+        self._check_overrides(precision)
+        self._golden_files[precision] = golden
 
     def golden_case(self, precision: Precision, case: str) -> dict[str, np.ndarray]:
-        """One case's golden taps {tap: read-only array}, read lazily from the file (nothing cached)."""
+        """One case's golden taps {tap: read-only array}, read lazily from the file (nothing cached).
+
+        No NaN check here: `validate_golden` made it on this file, and the read refuses a file that
+        changed since (a NaN in a golden would fail the comparison anyway). Each array is backed by
+        the immutable bytes it was read into (`TensorFile`), so it needs no read-only copy."""
         if precision in self._golden:
             return dict(self._golden[precision][case])
         self.validate_golden(precision)
-        path, f = self._open_golden(precision)
-        c = self.case(case)
-        return {tap: frozen(self._golden_tensor(path, f, precision, c, tap)) for tap in self.tap_names}
+        golden, c = self._golden_files[precision], self.case(case)
+        with golden.reading() as read:
+            return {tap: read(self._golden_key(golden, precision, c, tap)) for tap in self.tap_names}
+
+    def golden_magnitudes(self, precision: Precision, case: str) -> dict[str, float]:
+        """M of each tap of one case's golden (`tap_magnitude`: max |value| over its finite cells), measured
+        once per fixture: as the file is checked, or on first use for a golden held in memory."""
+        self.validate_golden(precision)  # a file read lazily is measured as it is checked
+        key = (precision, case)
+        if key not in self._case_magnitudes:
+            self._measure_golden(precision, self.case(case), self.golden_case(precision, case))
+        return dict(self._case_magnitudes[key])
 
     def tap_magnitudes(self) -> dict[str, float]:
-        """M_tap of every tap: max |fp32 golden| over the cases and finite cells (read once, then cached)."""
+        """M_tap of every tap: max |fp32 golden| over the cases and finite cells (from `golden_magnitudes`, cached)."""
         if self._magnitudes is None:
             magnitude: dict[str, float] = {}
             for case in self.cases:
-                for tap, t in self.golden_case("fp32", case.name).items():
-                    magnitude[tap] = max(magnitude.get(tap, 0.0), tap_magnitude([t]))
+                for tap, m in self.golden_magnitudes("fp32", case.name).items():
+                    magnitude[tap] = max(magnitude.get(tap, 0.0), m)
             self._magnitudes = magnitude
         return dict(self._magnitudes)
 
@@ -256,8 +271,9 @@ class Fixture:
         if precision in self._golden:
             return self._golden[precision][case][tap]
         self.validate_golden(precision)
-        path, f = self._open_golden(precision)
-        return frozen(self._golden_tensor(path, f, precision, self.case(case), tap))
+        golden = self._golden_files[precision]
+        with golden.reading() as read:
+            return read(self._golden_key(golden, precision, self.case(case), tap))
 
     def weights(self) -> dict[str, np.ndarray]:
         """The float32 parameters under Hugging Face names, checked against the config."""
@@ -320,10 +336,11 @@ class Fixture:
                     if np.isnan(t).any():
                         raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
                     out[case.name][tap] = frozen(t)
+                self._measure_golden(precision, case, out[case.name])
             extra = sorted(set(tensors) - {f"{c.name}/{t}" for c in self.cases for t in self.tap_names})
             if extra:
                 raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
-            self._check_overrides(precision, out)
+            self._check_overrides(precision)
             self._golden[precision] = out
         return {case: dict(taps) for case, taps in self._golden[precision].items()}
 
@@ -333,6 +350,9 @@ class Fixture:
         for attr in ("manifest", "spec", "files", "vocab", "cases", "tap_names", "tap_rows", "tolerances", "loose"):
             setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
         clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
+        clone._golden_files = dict(self._golden_files)  # each immutable: its header as a read-only mapping
+        clone._case_magnitudes = {k: dict(m) for k, m in self._case_magnitudes.items()}
+        clone._magnitudes = dict(self._magnitudes) if self._magnitudes is not None else None
         clone._weights = dict(self._weights) if self._weights is not None else None
         return clone
 

@@ -209,15 +209,17 @@ class CaseJudge:
     def add(self, case: Case, taps: dict[str, np.ndarray]) -> None:
         """Compare one case in each tier, one golden tier in memory at a time, and add it to the budget."""
         cut = {t: self.fixture.select_rows(t, case, a) for t, a in taps.items()} if self.budget else {}
-        if self.budget is not None and "fp64" not in self.by_tier:  # the budget's truth is the float64 golden
-            self.budget.add_case(case.name, cut, self.fixture.golden_case("fp64", case.name))
+        # The budget's truth is the float64 golden, its magnitudes measured once per fixture, not per backend.
+        magnitudes = self.fixture.golden_magnitudes("fp64", case.name) if self.budget is not None else None
+        if self.budget is not None and "fp64" not in self.by_tier:
+            self.budget.add_case(case.name, cut, self.fixture.golden_case("fp64", case.name), magnitudes)
         for tier in self.by_tier:
             golden = self.fixture.golden_case(tier, case.name)
             results = compare_case(self.name, self.fixture, self.precision, case, taps, self.supported, tier, golden)
             self.by_tier[tier] += results
             self.diagnose_first(case, taps, tier, golden, results)
             if tier == "fp64" and self.budget is not None:
-                self.budget.add_case(case.name, cut, golden)
+                self.budget.add_case(case.name, cut, golden, magnitudes)
             del golden
 
     def diagnose_first(self, case: Case, taps: dict[str, np.ndarray], tier: Precision,
