@@ -201,6 +201,12 @@ def _measure(a: np.ndarray, b: np.ndarray, atol: float, rtol: float, guard: floa
             rel_max.append(float(u.max()))
             if rtol == 0.0:  # abs_b is finite here: rtol * abs_b is 0, diff - 0 is diff, allowed is atol
                 atol_max.append(abs_max[-1])  # the largest max(diff, 0): diff >= 0, and no NaN is left
+                # The largest excess diff - atol is (largest diff) - atol: rounding is monotonic. Not above 0,
+                # no cell breaches, and this slice's cell is never the worst one (a breach elsewhere is larger).
+                if not abs_max[-1] - atol > 0.0:
+                    excess_max.append(abs_max[-1] - atol)
+                    excess_at.append(start + i)
+                    continue
                 np.subtract(diff, atol, out=t)  # excess, as diff - (atol + 0)
             else:
                 np.multiply(t, rtol, out=t)  # rtol * abs_b
