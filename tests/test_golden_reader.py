@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 
 from parity_harness._compare.budget import BudgetAccumulator, tap_budget
+from parity_harness._compare.diagnose import PREVIOUS_TAP
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture import fixture as fixture_module
 from parity_harness._fixture.files import open_tensor_file
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._fixture.tolerances import tap_magnitude
+from parity_harness._run.runner import CaseJudge
 from tests.conftest import rehash
 
 G32 = "golden.fp32.safetensors"
@@ -94,6 +96,28 @@ def test_a_backend_copy_keeps_its_own_magnitudes(toy_dir: Path, monkeypatch: pyt
     clone._golden_files.clear()
     assert fx.golden_magnitudes("fp64", case) == before and fx.tap_magnitudes() == tap_before
     assert fx.golden_case("fp64", case)["logits"].shape
+
+
+@pytest.mark.parametrize("how", ["lazy", "held"])
+def test_a_backend_declaring_few_taps_is_judged_and_diagnosed_as_before(
+    toy_dir: Path, monkeypatch: pytest.MonkeyPatch, how: str,
+) -> None:
+    """Only the goldens of its declared taps are read; the diagnosis still reads the tap before the first
+    failing one when the backend does not declare it (here: hook_pos_embed returning hook_embed's values)."""
+    if how == "lazy":
+        fx = lazy(toy_dir, monkeypatch)
+    else:
+        fx = load_fixture(toy_dir)
+        fx.check_before_running()
+    case = fx.cases[0]
+    assert list(fx.golden_case("fp32", case.name, {"logits", "hook_embed"})) == ["hook_embed", "logits"]
+    embed = np.array(fx.golden_case("fp64", case.name)["hook_embed"])
+    judge = CaseJudge(fx, "b", "fp64", ["hook_pos_embed", "logits"])
+    judge.add(case, {"hook_pos_embed": embed, "logits": np.array(fx.golden_tap("fp64", case.name, "logits"))})
+    failing = {(r.golden, r.tap) for results in judge.by_tier.values() for r in results if r.status == "fail"}
+    assert failing == {("fp32", "hook_pos_embed"), ("fp64", "hook_pos_embed")}
+    assert {k: PREVIOUS_TAP in v for k, v in judge.causes.items()} == {
+        ("fp32", case.name, "hook_pos_embed"): True, ("fp64", case.name, "hook_pos_embed"): True}
 
 
 # --- A corrupted file: one line naming the file and, where there is one, the tensor --------------------------

@@ -19,6 +19,7 @@ import copy
 import math
 import os
 import stat
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -230,18 +231,23 @@ class Fixture:
         self._check_overrides(precision)
         self._golden_files[precision] = golden
 
-    def golden_case(self, precision: Precision, case: str) -> dict[str, np.ndarray]:
-        """One case's golden taps {tap: read-only array}, read lazily from the file (nothing cached).
+    def golden_case(self, precision: Precision, case: str,
+                    taps: Collection[str] | None = None) -> dict[str, np.ndarray]:
+        """One case's golden taps {tap: read-only array}, read lazily from the file (nothing cached); `taps`:
+        only those (in dataflow order), as a backend that declares fewer taps needs, else every tap.
 
         No NaN check here: `validate_golden` made it on this file, and the read refuses a file that
         changed since (a NaN in a golden would fail the comparison anyway). Each array is backed by
         the immutable bytes it was read into (`TensorFile`), so it needs no read-only copy."""
+        wanted = None if taps is None else set(taps)
+        names = [t for t in self.tap_names if wanted is None or t in wanted]
         if precision in self._golden:
-            return dict(self._golden[precision][case])
+            held = self._golden[precision][case]
+            return {tap: held[tap] for tap in names}
         self.validate_golden(precision)
         golden, c = self._golden_files[precision], self.case(case)
         with golden.reading() as read:
-            return {tap: read(self._golden_key(golden, precision, c, tap)) for tap in self.tap_names}
+            return {tap: read(self._golden_key(golden, precision, c, tap)) for tap in names}
 
     def golden_magnitudes(self, precision: Precision, case: str) -> dict[str, float]:
         """M of each tap of one case's golden (`tap_magnitude`: max |value| over its finite cells), measured
