@@ -248,11 +248,12 @@ def test_silenced_restores_everything_when_two_threads_leave_in_either_order() -
 
 @pytest.mark.full  # two toy runs of six real backends, ~25 s: `nox -s full`
 def test_real_backends_side_by_side_give_the_report_of_one_at_a_time(tmp_path: Path) -> None:
-    """`parity run --jobs 2` on the toy with real backends, concurrent ones among them (typescript's work is Node's,
-    transformerlens silences its output): the JSON report, timings aside, is the report of `--jobs 1`."""
+    """`parity run --jobs 2` on the toy with real backends, all concurrent (typescript's work is Node's,
+    transformerlens silences its output, torch-compile patches inductor's configuration): the JSON report, timings
+    aside, is the report of `--jobs 1`."""
     import json
 
-    names = "pytorch,numpy,onnxruntime,typescript,transformerlens,hf-transformers"
+    names = "pytorch,numpy,onnxruntime,openvino,torch-compile,typescript,transformerlens,hf-transformers"
     reports = []
     for jobs in ("1", "2"):
         path = tmp_path / f"jobs{jobs}.json"

@@ -92,6 +92,17 @@ class TorchCompileBackend(Backend):
     install_hint: ClassVar[str] = "pip install 'parity-harness[torch]', and a C++ compiler (g++, or set CXX)"
 
     streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
+    # It may run beside another backend: the process-wide state it changes is inductor's and dynamo's own
+    # configuration (patched while it runs), which no other backend computes with, and TORCHINDUCTOR_CACHE_DIR,
+    # set once (torch sets it again, to the same value, on every cache lookup): with --jobs 2, in
+    # import_requirements, before it runs and under the import lock.
+    concurrent: ClassVar[bool] = True
+
+    def import_requirements(self) -> None:
+        """Inductor's cache directory chosen, then torch, inductor's configuration and dynamo imported."""
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir()))
+        import torch._dynamo
+        import torch._inductor.config  # noqa: F401
 
     def missing_dependencies(self) -> list[str]:
         missing = super().missing_dependencies()
