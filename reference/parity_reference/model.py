@@ -159,9 +159,13 @@ def forward(
     if taps is not None:
         last = slice(None) if lens_rows is None else slice(-lens_rows, None)  # the positions kept
         taps["probs"] = torch.softmax(logits[..., last, :], dim=-1)  # (T or rows, V)
-        for k, stream in enumerate(streams):  # the logit lens: read stream k as if it were the last
-            lens = unembed(stream[..., last, :], params, config, None, "")  # (T or rows, V)
-            taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)  # (T or rows, V)
+        # The logit lens: read stream k as if it were the last. Every stream's rows in one product, so the
+        # (V, d) table is read once, not once per stream (row by row, the same LayerNorm and dot products).
+        kept = [stream[..., last, :] for stream in streams]  # L + 1 of (T or rows, d)
+        lens = unembed(torch.cat(kept, dim=-2), params, config, None, "")  # ((L + 1) * rows, V)
+        rows = kept[0].shape[-2]
+        for k in range(len(kept)):
+            taps[f"logit_lens.{k}"] = torch.softmax(lens[..., k * rows:(k + 1) * rows, :], dim=-1)  # (T or rows, V)
     return logits
 
 

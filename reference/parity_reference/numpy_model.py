@@ -160,8 +160,12 @@ def forward(params: Params, config: GPTConfig, tokens: list[int], lens_rows: int
     taps["logits"] = logits
     last = slice(None) if lens_rows is None else slice(-lens_rows, None)  # the positions kept
     taps["probs"] = softmax(logits[last])  # (T or rows, V)
-    for k, stream in enumerate(streams):  # the logit lens: read stream k as if it were the last
-        taps[f"logit_lens.{k}"] = softmax(unembed(stream[last], params, config, {}, ""))  # (T or rows, V)
+    # The logit lens: read stream k as if it were the last. Every stream's rows in one product, so the (V, d)
+    # table is read once, not once per stream (row by row, the same LayerNorm and dot products).
+    kept = [stream[last] for stream in streams]  # L + 1 of (T or rows, d)
+    lens = unembed(np.concatenate(kept), params, config, {}, "")  # ((L + 1) * rows, V)
+    for k, part in enumerate(np.split(lens, len(kept))):
+        taps[f"logit_lens.{k}"] = softmax(part)  # (T or rows, V)
     return taps
 
 

@@ -480,6 +480,26 @@ function lastRows(x: Tensor, rows: number | null): Tensor {
   return { shape: [rows, n], data: x.data.slice((T - rows) * n) }; // (rows, n)
 }
 
+/** Rows of (r, n) tensors one after another: (sum of r, n), as torch.cat(..., dim=-2). */
+function concatRows(parts: readonly Tensor[]): Tensor {
+  const n = parts[0]!.shape[1]!;
+  const rows = parts.reduce((sum, p) => sum + p.shape[0]!, 0);
+  const out = zeros(rows, n); // (sum of r, n)
+  let offset = 0;
+  for (const p of parts) {
+    out.data.set(p.data, offset);
+    offset += p.data.length;
+  }
+  return out;
+}
+
+/** A (k * r, m) tensor cut into k tensors of r rows each (copies), as torch.split(..., r, dim=-2). */
+function splitRows(x: Tensor, k: number): Tensor[] {
+  const [rows, m] = x.shape as [number, number];
+  const r = rows / k;
+  return Array.from({ length: k }, (_, i) => ({ shape: [r, m], data: x.data.slice(i * r * m, (i + 1) * r * m) })); // (r, m) each
+}
+
 /** The whole pass: token ids (T,) -> logits (T, V). Fills `taps` in dataflow order if given.
  *  `lensRows`: probs and every logit_lens.k for the last min(T, lensRows) positions only (the
  *  fixture's "rows" of those taps: a [T, V] tap per stream does not scale to GPT-2). */
@@ -519,10 +539,11 @@ export function forward(
   record(taps, "logits", logits);
   if (taps !== null) {
     taps.set("probs", softmax(lastRows(logits, lensRows))); // (T or rows, V)
-    streams.forEach((stream, k) => {
-      // the logit lens: read stream k as if it were the last
-      taps.set(`logit_lens.${k}`, softmax(unembed(lastRows(stream, lensRows), params, config, null, ""))); // (T or rows, V)
-    });
+    // The logit lens: read stream k as if it were the last. Every stream's rows in one product, so the
+    // (V, d) table is read once, not once per stream (row by row, the same LayerNorm and dot products).
+    const kept = streams.map((stream) => lastRows(stream, lensRows)); // L + 1 of (T or rows, d)
+    const lens = unembed(concatRows(kept), params, config, null, ""); // ((L + 1) * rows, V)
+    splitRows(lens, kept.length).forEach((part, k) => taps.set(`logit_lens.${k}`, softmax(part))); // (T or rows, V)
   }
   return logits;
 }

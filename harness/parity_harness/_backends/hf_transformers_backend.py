@@ -169,9 +169,12 @@ class HFTransformersBackend(Backend):
                     taps["probs"] = torch.softmax(logits[last], dim=-1)  # (rows, V)
                     streams = [taps[f"blocks.{i}.hook_resid_pre"] for i in range(config.n_layer)]
                     streams.append(taps[f"blocks.{config.n_layer - 1}.hook_resid_post"])
-                    for k, stream in enumerate(streams):  # the lens: transformers' ln_f and lm_head
-                        lens = model.lm_head(model.transformer.ln_f(stream[last]))  # (rows, V)
-                        taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)
+                    # The lens: transformers' ln_f and lm_head, every stream's rows in one product (the
+                    # (V, d) table read once, not once per stream).
+                    kept = [stream[last] for stream in streams]  # L + 1 of (rows, d)
+                    lens = model.lm_head(model.transformer.ln_f(torch.cat(kept)))  # ((L + 1) * rows, V)
+                    for k, part in enumerate(lens.split(kept[0].shape[0])):
+                        taps[f"logit_lens.{k}"] = torch.softmax(part, dim=-1)  # (rows, V)
             finally:
                 for h in handles:
                     h.remove()

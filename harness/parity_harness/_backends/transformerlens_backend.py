@@ -73,7 +73,8 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
     # Tied: W_U is W_E^T, a view of the same memory, not a copy. TransformerLens' Unembed computes
     # F.linear(x, W_U.T.contiguous()): with W_U a transposed view, W_U.T is W_E itself and contiguous, so
     # each call reads the table in place; a contiguous W_U (d, V) made it copy 50,257 x 768 values on every
-    # unembedding (14 per case at GPT-2 size: the logits and 13 lens streams, ~8 s of a float64 run).
+    # unembedding (then 14 per case at GPT-2 size, the logits and 13 lens streams, ~8 s of a float64 run; the
+    # lens streams now share one call).
     state: dict[str, torch.Tensor] = {"embed.W_E": wte, "unembed.b_U": torch.zeros(config.vocab_size, dtype=dtype)}
     if config.positions == "learned":
         state["pos_embed.W_pos"] = take("wpe.weight")  # (n_ctx, d)
@@ -165,8 +166,10 @@ class TransformerLensBackend(Backend):
                 taps["logits"] = logits[0]  # (T, V)
                 taps["probs"] = torch.softmax(logits[0, last], dim=-1)  # (rows, V)
                 # The logit lens: each block's input, and the last block's output, through TL's ln_final, unembed.
-                streams = cache.accumulated_resid(incl_mid=False)  # (L + 1, 1, T, d)
+                # Every stream's rows in one product: the (d, V) table is read once, not once per stream.
+                streams = cache.accumulated_resid(incl_mid=False)[:, 0, last]  # (L + 1, rows, d)
+                kept = streams.reshape(1, -1, streams.shape[-1])  # (1, (L + 1) * rows, d)
+                lens = model.unembed(model.ln_final(kept))[0].reshape(streams.shape[0], streams.shape[1], -1)
                 for k in range(config.n_layer + 1):
-                    lens = model.unembed(model.ln_final(streams[k][:, last]))[0]  # (rows, V)
-                    taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)
+                    taps[f"logit_lens.{k}"] = torch.softmax(lens[k], dim=-1)  # (rows, V)
             yield case.name, {tap: taps[tap].detach().contiguous().numpy().copy() for tap in wanted}
