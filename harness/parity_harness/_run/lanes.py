@@ -45,9 +45,9 @@ from parity_harness._core.errors import BackendFailed, ParityError
 R = TypeVar("R")
 
 # Lanes `parity run` uses unless told (--jobs): one. Two backends of GPT-2 size side by side hold both their
-# working sets at once: the six backends of docs/performance.md's memory target peak at 3.3 GB with two lanes
-# against 2.4 GB with one (the target is 3 GB); all nine take 15-25% less wall time side by side; on the toy,
-# where imports dominate, two lanes gain nothing measurable. So side by side is asked for, not assumed.
+# working sets at once: the nine peak at 4.1 GB with two lanes against 2.8 GB with one (the memory target is
+# 3 GB), for ~20% less wall time (46.0 s against 56.7 s, docs/performance.md); on the toy, where imports
+# dominate, two lanes gain nothing measurable. So side by side is asked for, not assumed.
 DEFAULT_JOBS = 1
 
 
