@@ -206,7 +206,7 @@ CORRUPTIONS: list[tuple[str, Callable[[Path], str], str]] = [
     ("trailing bytes", _bytes(lambda b: b + bytes(8)), "8 bytes after the last tensor"),
     ("header length past the end", _bytes(lambda b: (len(b) * 2).to_bytes(8, "little") + b[8:]), "a header of"),
     ("header not JSON", _bytes(lambda b: b[:8] + b"\xff" + b[9:]), "not JSON"),
-    ("header repeats a key", _repeat_key, "is repeated"),
+    ("header repeats a key", _repeat_key, "duplicate key"),
     ("empty file", _bytes(lambda _b: b""), "shorter than its 8-byte header length"),
     ("NaN", _nan, "holds NaN"),
 ]

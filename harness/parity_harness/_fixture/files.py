@@ -8,7 +8,6 @@ straight into immutable bytes (no second copy), from a header it checked itself 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -21,6 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from parity_harness._core.errors import FixtureError
+from parity_harness._core.strict_json import StrictJSONError, loads_strict
 
 
 def sha256_file(path: Path) -> str:
@@ -158,17 +158,9 @@ def open_tensor_file(path: Path) -> TensorFile:
 
 
 def _parse_header(raw: bytes, path: Path) -> dict[str, Any]:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise ValueError(f"the key {key!r} is repeated")
-            out[key] = value
-        return out
-
-    try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
-    except (UnicodeDecodeError, ValueError) as exc:
+    try:  # strict JSON (the manifest's parser): a repeated key is refused, not resolved
+        header = loads_strict(raw.decode("utf-8"))
+    except (UnicodeDecodeError, StrictJSONError) as exc:
         raise FixtureError(f"{path}: not a readable safetensors file (its header is not JSON: {exc})") from None
     if not isinstance(header, dict):
         raise FixtureError(f"{path}: not a readable safetensors file (its header is not a JSON object)")
