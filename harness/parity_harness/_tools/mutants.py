@@ -343,7 +343,8 @@ REDUCED: tuple[Mutant, ...] = (
         ("pattern = torch.softmax(scores, dim=-1)", "pattern = _softmax(scores)"),
         ('taps["probs"] = torch.softmax(logits[..., last, :], dim=-1)',
          'taps["probs"] = _softmax(logits[..., last, :])'),
-        ('taps[f"logit_lens.{k}"] = torch.softmax(lens, dim=-1)', 'taps[f"logit_lens.{k}"] = _softmax(lens)'),
+        ('taps[f"logit_lens.{k}"] = torch.softmax(lens[..., k * rows:(k + 1) * rows, :], dim=-1)',
+         'taps[f"logit_lens.{k}"] = _softmax(lens[..., k * rows:(k + 1) * rows, :])'),
     ), "softmax accumulated in fp16 (a running half sum of exp(x - max)): stagnates at 2048, off ~2x over "
        "4,096 flat logits", "probs", caught_on="probe", precision="fp16"),
     _py("py-rp-ln-var-fp16-sum", ((_PY_LN_VAR, _PY_LN_VAR_FP16_SUM),),
