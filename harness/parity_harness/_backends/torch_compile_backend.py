@@ -94,8 +94,8 @@ class TorchCompileBackend(Backend):
     streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
     # It may run beside another backend: the process-wide state it changes is inductor's and dynamo's own
     # configuration (patched while it runs), which no other backend computes with, and TORCHINDUCTOR_CACHE_DIR,
-    # set once (torch sets it again, to the same value, on every cache lookup): with --jobs 2, in
-    # import_requirements, before it runs and under the import lock.
+    # set once, in import_requirements (torch sets it again, to the same value, on every cache lookup): with
+    # --jobs 2 the lanes call it before it runs, under the import lock, and run_cases' own call changes nothing.
     concurrent: ClassVar[bool] = True
 
     def import_requirements(self) -> None:
@@ -124,7 +124,7 @@ class TorchCompileBackend(Backend):
             bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
             if bad:
                 raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir()))
+        self.import_requirements()  # one lane: here; --jobs 2 made it under the import lock, and this is a no-op
         import torch
 
         from parity_reference import model

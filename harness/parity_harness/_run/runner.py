@@ -114,7 +114,7 @@ def run_parity(
         def run_one(backend: GuardedBackend) -> BackendResult:
             own = Report(report.fixture, measure_budget=budget)
             try:
-                _run_backend(own, fixture, backend, wanted, say, keep_outputs, budget)
+                _run_backend(own, fixture, backend, wanted, say, keep_outputs, budget, release)
             except ParityError as exc:  # raised from backend code or about it: the run stops
                 own.crash = exc
             if release:
@@ -152,9 +152,10 @@ def add_backend_result(report: Report, own: BackendResult) -> None:
 
 
 def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, wanted: list[Precision],
-                 say: Progress, keep_outputs: bool, budget: bool) -> None:
+                 say: Progress, keep_outputs: bool, budget: bool, release: bool) -> None:
     """One backend in every wanted precision; a ParityError from its code is recorded as a CRASHED run and
-    re-raised (the runs before it stay in the report, judged)."""
+    re-raised (the runs before it stay in the report, judged). `release`: memory is handed back between its
+    precisions (`release_memory`; after the last, the caller does it)."""
     precision: Precision = wanted[0]
     clock = [0.0]
     try:
@@ -182,7 +183,7 @@ def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, want
                 del taps
             report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.RAN))
             judge.finish(report)
-            if fixture.parameter_count() >= RELEASE_PARAMETERS and precision != computed[-1]:
+            if release and precision != computed[-1]:
                 release_memory()  # between its precisions; after the last, run_parity's run_one does it
     except ParityError as exc:
         report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.CRASHED, one_line(str(exc))))
