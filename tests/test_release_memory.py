@@ -5,13 +5,16 @@ What must hold:
 - `release_memory(freeze=True)` inside `survivors_frozen` freezes what survived, and leaving it unfreezes;
 - objects the caller froze before are never unfrozen by parity, and parity then freezes nothing;
 - a run of a large fixture (1 M parameters or more) releases after each backend and freezes only with one lane
-  (with two, a backend still running beside would be frozen with its garbage).
+  (with two, a backend still running beside would be frozen with its garbage);
+- the command (`entry`) exits with main's code after one collection and a freeze, so that Python's shutdown
+  does not scan the heap again; `main`, which callers run in-process, freezes nothing.
 """
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -77,3 +80,32 @@ def test_a_small_fixture_releases_nothing(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(runner, "release_memory", lambda freeze=False: calls.append(freeze))
     assert api.run(_backends(), precisions="fp64").passed
     assert calls == []
+
+
+def test_the_command_exits_with_mains_code_after_freezing_what_survives(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`entry` (the `parity` script, `python -m parity_harness`): main's exit code, unchanged, and the heap
+    frozen so that Python's shutdown collections skip it; `main` itself (called in-process) freezes nothing."""
+    from parity_harness._cli import main as cli
+
+    for code in (0, 1, 2):
+        gc.unfreeze()
+        monkeypatch.setattr(cli, "main", lambda code=code: code)
+        with pytest.raises(SystemExit) as exited:
+            cli.entry()
+        assert exited.value.code == code
+        assert gc.get_freeze_count() > 0
+    gc.unfreeze()
+    monkeypatch.undo()
+    assert cli.main(["run", "--fixture", str(tmp_path / "none")]) == 2  # a missing fixture: bad input
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_installed_script_and_python_m_both_go_through_entry() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["parity"] == "parity_harness._cli.main:entry"
+    assert "entry()" in (root / "harness" / "parity_harness" / "__main__.py").read_text()

@@ -1,7 +1,5 @@
 """`python -m parity_harness` is the `parity` command."""
 
-import sys
+from parity_harness._cli.main import entry
 
-from parity_harness._cli.main import main
-
-sys.exit(main())
+entry()
