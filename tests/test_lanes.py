@@ -9,7 +9,11 @@ runner, the boundary and the judge are the real ones. What must hold:
 - PARITY_BACKEND_TIMEOUT (the hang guard, a main-thread alarm) puts every backend on the main thread;
 - with two lanes, every concurrent backend makes its imports before it runs, never beside another's, and
   imports that fail are reported by their backend when it runs, in its place;
-- `concurrent` is declared as a bool, or the backend is refused in one line.
+- `concurrent` and `out_of_process` are declared as bools, or the backend is refused in one line;
+- without `jobs`, a small fixture's concurrent out-of-process backends run on a side lane and every other backend
+  on the main thread, with the report of one lane; a large fixture, `jobs` given, or an out-of-process backend
+  that is not concurrent keeps one lane;
+- parity's own note from a backend that runs beside a silenced one still reaches the terminal.
 """
 
 from __future__ import annotations
@@ -180,6 +184,74 @@ def test_imports_that_fail_are_reported_by_their_backend_in_its_place() -> None:
 def test_concurrent_must_be_a_bool() -> None:
     with pytest.raises(BackendMisbehaved, match="concurrent must be True or False"):
         api.run([_golden("g-bad-decl", "yes")], precisions="fp64")  # type: ignore[arg-type]
+    with pytest.raises(BackendMisbehaved, match="out_of_process must be True or False"):
+        api.run([_golden("g-bad-oop", True, out_of_process=1)], precisions="fp64")
+
+
+def _side_lane_backends() -> list[Backend]:
+    return [_golden("g-in-a", True), _golden("g-out-b", True, out_of_process=True), _golden("g-alone-c", False),
+            _golden("g-in-d", True), _golden("g-out-e", True, out_of_process=True),
+            _golden("g-out-alone-f", False, out_of_process=True)]
+
+
+def test_a_small_fixture_runs_its_out_of_process_backends_on_a_side_lane() -> None:
+    """No `jobs`: the concurrent out-of-process backends on the side lane; in-process ones, concurrent or not,
+    and an out-of-process one that is not concurrent, on the main thread. The report is that of one lane."""
+    report = api.run(_side_lane_backends(), precisions="fp64")
+    assert report.passed
+    threads = {name: thread for name, thread, _ in STARTED}
+    assert {n for n, t in threads.items() if t != "MainThread"} <= {"g-out-b", "g-out-e"}
+    assert threads["g-out-e"] == "parity-lane-1"  # the side lane starts with the last it may take
+    assert all(threads[n] == "MainThread" for n in ("g-in-a", "g-alone-c", "g-in-d", "g-out-alone-f"))
+    alone = [beside for name, _, beside in STARTED if name in ("g-alone-c", "g-out-alone-f")]
+    assert all(beside == frozenset() for beside in alone)  # nothing beside a backend that is not concurrent
+    STARTED.clear()
+    assert _summary(api.run(_side_lane_backends(), precisions="fp64", jobs=1)) == _summary(report)
+    assert {thread for _, thread, _ in STARTED} == {"MainThread"}
+
+
+@pytest.mark.parametrize("why", ["large fixture", "jobs given", "not concurrent"])
+def test_no_side_lane_for_a_large_fixture_an_explicit_jobs_or_a_backend_that_is_not_concurrent(
+    why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from parity_harness._run import runner
+
+    backends = [_golden("g-n-a", True), _golden("g-n-b", why != "not concurrent", out_of_process=True)]
+    if why == "large fixture":
+        monkeypatch.setattr(Fixture, "parameter_count", lambda self: runner.RELEASE_PARAMETERS)
+    assert api.run(backends, precisions="fp64", jobs=1 if why == "jobs given" else None).passed
+    assert {thread for _, thread, _ in STARTED} == {"MainThread"}
+
+
+def test_out_of_process_is_not_inherited() -> None:
+    from parity_harness._backends.boundary import GuardedBackend
+    from parity_harness._backends.node.typescript_backend import TypeScriptBackend
+
+    class Child(TypeScriptBackend):
+        name: ClassVar[str] = "typescript-child"
+
+    assert GuardedBackend.wrap(TypeScriptBackend()).out_of_process is True
+    assert GuardedBackend.wrap(Child()).out_of_process is False
+
+
+def test_a_backends_own_note_is_printed_while_another_thread_is_silenced(capsys: pytest.CaptureFixture[str]) -> None:
+    from parity_harness._backends.browser.driver import say_once
+    from parity_harness._backends.quiet import silenced
+
+    inside, said = threading.Event(), threading.Event()
+
+    def silenced_backend() -> None:
+        with silenced():
+            inside.set()
+            said.wait(120)
+
+    thread = threading.Thread(target=silenced_backend)
+    thread.start()
+    inside.wait(120)
+    say_once("a note from beside a silenced backend")
+    said.set()
+    thread.join(120)
+    assert "parity: a note from beside a silenced backend" in capsys.readouterr().err
 
 
 def test_jobs_zero_is_a_usage_error() -> None:
@@ -246,22 +318,23 @@ def test_silenced_restores_everything_when_two_threads_leave_in_either_order() -
     assert after == before
 
 
-@pytest.mark.full  # two toy runs of six real backends, ~25 s: `nox -s full`
+@pytest.mark.full  # three toy runs of ten real backends, ~35 s: `nox -s full`
 def test_real_backends_side_by_side_give_the_report_of_one_at_a_time(tmp_path: Path) -> None:
-    """`parity run --jobs 2` on the toy with real backends, all concurrent (typescript's work is Node's,
-    transformerlens silences its output, torch-compile patches inductor's configuration): the JSON report, timings
-    aside, is the report of `--jobs 1`."""
+    """`parity run --jobs 2`, and `parity run` without --jobs (the side lane), on the toy with real backends, all
+    concurrent (typescript's and the browser's work is another process's, transformerlens silences its output,
+    torch-compile patches inductor's configuration): the JSON report, timings aside, is the report of `--jobs 1`."""
     import json
 
-    names = "pytorch,numpy,onnxruntime,openvino,torch-compile,typescript,transformerlens,hf-transformers"
+    names = ("pytorch,numpy,onnxruntime,openvino,torch-compile,typescript,transformerlens,hf-transformers,"
+             "typescript-browser,onnxruntime-web")
     reports = []
-    for jobs in ("1", "2"):
+    for jobs in ("1", "2", None):
         path = tmp_path / f"jobs{jobs}.json"
-        proc = run_cli("run", "--backends", names, "--jobs", jobs, "--json", str(path))
+        proc = run_cli("run", "--backends", names, *(["--jobs", jobs] if jobs else []), "--json", str(path))
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "parity: running transformerlens (fp64) ..." in proc.stderr  # progress survives its silencing
         report = json.loads(path.read_text())
         for run in report["runs"] + report["decoding"]["runs"]:
             run.pop("seconds")
         reports.append(report)
-    assert reports[0] == reports[1]
+    assert reports[0] == reports[1] == reports[2]

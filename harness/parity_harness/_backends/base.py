@@ -98,6 +98,11 @@ class Backend:
     # False (the default, and what a plugin gets unless it says otherwise): it runs on the main thread only.
     # Not inherited: a subclass is concurrent only if it says so itself (it may patch what its parent uses).
     concurrent: ClassVar[bool] = False
+    # True: what it computes is computed in another process (Node, a browser); the Python side starts it, waits,
+    # and reads the results back. With `concurrent` too, `parity run` runs it on a side lane beside the other
+    # backends on a fixture under 1 M parameters unless --jobs is given: its wait then overlaps their imports and
+    # compute (parity_harness/_run/lanes.py). Not inherited, as `concurrent`.
+    out_of_process: ClassVar[bool] = False
 
     def missing_dependencies(self) -> list[str]:
         """What is missing to run this backend (empty when it can run). Must be cheap: no heavy imports."""

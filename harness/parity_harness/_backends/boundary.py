@@ -99,6 +99,7 @@ class Declarations(NamedTuple):
     runs_graph: bool = False  # it computes from the fixture's ONNX graph, not weights.safetensors
     by_default: bool = True  # `parity run` without --backends runs it
     concurrent: bool = False  # it may run on a worker thread beside another backend (parity_harness/_run/lanes.py)
+    out_of_process: bool = False  # its work is another process's: a side lane on a small fixture (lanes.py)
 
 
 def read_declarations(backend: Backend, name: str) -> Declarations:
@@ -138,11 +139,12 @@ def read_declarations(backend: Backend, name: str) -> Declarations:
     # Not inherited: only the class itself can say it changes no process-wide state. A subclass of a concurrent
     # backend may patch a module while it runs (tests/test_differential.py's float32-positions numpy does).
     concurrent = vars(type(backend)).get("concurrent", False)
-    if type(concurrent) is not bool:
-        raise BackendMisbehaved(f"backend {name!r}: concurrent must be True or False, got "
-                                f"{one_line(repr(concurrent))[:80]}")
+    out_of_process = vars(type(backend)).get("out_of_process", False)
+    for attr, flag in (("concurrent", concurrent), ("out_of_process", out_of_process)):
+        if type(flag) is not bool:
+            raise BackendMisbehaved(f"backend {name!r}: {attr} must be True or False, got {one_line(repr(flag))[:80]}")
     return Declarations(str(declared), tuple(precisions), tuple(str(m) for m in requires),  # type: ignore[arg-type]
-                        str(description), str(install_hint), runs_graph, by_default, concurrent)
+                        str(description), str(install_hint), runs_graph, by_default, concurrent, out_of_process)
 
 
 def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
@@ -295,6 +297,7 @@ class GuardedBackend:
         self.runs_graph = declared.runs_graph
         self.by_default = declared.by_default
         self.concurrent = declared.concurrent
+        self.out_of_process = declared.out_of_process
         self.entry: ForwardEntry = forward_entry(type(backend))
 
     @classmethod

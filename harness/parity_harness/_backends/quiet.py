@@ -19,7 +19,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 
 class _Sink:
@@ -73,3 +73,10 @@ def silenced(loggers: tuple[str, ...] = ()) -> Iterator[None]:
                 sys.stdout, sys.stderr = _saved["stdout"], _saved["stderr"]
                 _saved.pop("warnings").__exit__(None, None, None)
                 _saved.clear()
+
+
+def unsilenced_stderr() -> TextIO:
+    """sys.stderr as it is outside `silenced`: for parity's own note from a backend that runs while another
+    thread is silenced (lanes.py), which would otherwise go to the sink."""
+    with _lock:
+        return _saved["stderr"] if _depth else sys.stderr  # type: ignore[no-any-return]

@@ -562,8 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     run.add_argument("--jobs", type=_jobs, default=None, metavar="N",
-                     help="backends run at once (default 1): the main thread runs any, "
-                          "N-1 more threads those that declare `concurrent`; the report is the same for any N")
+                     help="backends run at once: the main thread runs any, N-1 more threads those that declare "
+                          "`concurrent`; the report is the same for any N. Default: 1, plus a side lane for the "
+                          "out-of-process backends (typescript, the browser) on a fixture under 1 M parameters")
     _report_options(run)
     run.add_argument("--save-outputs", metavar="DIR",
                      help="write each backend x precision's taps to DIR/{backend}.{precision}.safetensors "

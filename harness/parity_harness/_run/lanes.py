@@ -25,6 +25,15 @@ sits half idle. Here every lane takes the next backend in the run's order that i
   transformerlens side by side failed with "cannot import name 'AutoTokenizer' from 'transformers'" while both
   were importing it. A backend whose imports fail meets the same failure when it runs, and reports it there.
 
+Unless `jobs` is given, a run of a small fixture (under 1 M parameters) has a side lane: one worker thread
+that takes only the backends that are concurrent and `out_of_process` (typescript, the browser backends), whose
+work is Node's or a browser's. Their wait, Chromium's start and the browser's compute then overlap the other
+backends' imports and compute on the main thread, instead of adding to them; a concurrent backend that computes
+in Python stays on the main thread, where it would compete for the GIL. On the toy the 13 backends of the
+default run took 9.5 s in one lane against 8.0 s with the side lane (docs/performance.md). A large fixture
+keeps one lane: there an out-of-process backend's working set (Node's copy of GPT-2's weights) would add to the
+one beside it.
+
 A worker thread is a daemon: on Ctrl-C the main thread leaves at once, and what a backend started outside
 the process (Node) is ended by the run's closers (sessions.py).
 """
@@ -35,7 +44,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._backends.guard import TIMEOUT_VARIABLE
@@ -51,15 +60,28 @@ R = TypeVar("R")
 DEFAULT_JOBS = 1
 
 
-def lanes_for(jobs: int | None, backends: Sequence[GuardedBackend]) -> int:
-    """How many lanes to run: `jobs` (default DEFAULT_JOBS), one when nothing may run beside the main
-    thread (no backend is concurrent, or only one backend) and one with the hang guard armed."""
-    wanted = DEFAULT_JOBS if jobs is None else jobs
-    if wanted < 1:
-        raise ParityError(f"jobs: {wanted} lanes; give 1 or more")
+class Lanes(NamedTuple):
+    """How a run's backends are laid out: `total` lanes (the main thread and total - 1 workers); `side_only`:
+    the worker takes only concurrent out-of-process backends (the side lane, module docstring)."""
+
+    total: int
+    side_only: bool = False
+
+
+def lanes_for(jobs: int | None, backends: Sequence[GuardedBackend], small: bool = False) -> Lanes:
+    """The lanes to run: `jobs` of them when given; else, on a `small` fixture with a concurrent out-of-process
+    backend among two or more, the main thread and a side lane; else DEFAULT_JOBS. One whatever was asked when
+    nothing may run beside the main thread (no backend is concurrent, or only one backend) and with the hang
+    guard armed."""
+    if jobs is not None and jobs < 1:
+        raise ParityError(f"jobs: {jobs} lanes; give 1 or more")
     if os.environ.get(TIMEOUT_VARIABLE) or len(backends) < 2 or not any(b.concurrent for b in backends):
-        return 1
-    return wanted
+        return Lanes(1)
+    if jobs is not None:
+        return Lanes(jobs)
+    if small and any(b.concurrent and b.out_of_process for b in backends):
+        return Lanes(2, side_only=True)
+    return Lanes(DEFAULT_JOBS)
 
 
 class _Outcome(Generic[R]):
@@ -73,8 +95,9 @@ class _Outcome(Generic[R]):
 class _Schedule:
     """Which backend each lane takes next (module docstring), under one condition variable."""
 
-    def __init__(self, backends: Sequence[GuardedBackend]) -> None:
+    def __init__(self, backends: Sequence[GuardedBackend], side_only: bool) -> None:
         self.backends = backends
+        self.side_only = side_only
         self.pending = list(range(len(backends)))
         self.stop = len(backends)  # no backend after this index is started: the first that failed (-1: interrupted)
         self.busy = 0  # backends running on worker threads
@@ -98,13 +121,13 @@ class _Schedule:
                     else:
                         self.cond.wait()
                         continue
-                elif not concurrent:
+                elif not (eligible := [i for i in concurrent if self.backends[i].out_of_process or not self.side_only]):
                     return None
                 elif self.alone:
                     self.cond.wait()
                     continue
                 else:
-                    choice = concurrent[-1]
+                    choice = eligible[-1]
                     self.busy += 1
                 self.pending.remove(choice)
                 return choice
@@ -139,19 +162,19 @@ def import_requirements(backend: GuardedBackend) -> None:
 
 def run_in_lanes(
     backends: Sequence[GuardedBackend], run_one: Callable[[GuardedBackend], R], failed: Callable[[R], bool],
-    jobs: int,
+    lanes: Lanes,
 ) -> list[R]:
-    """`run_one(backend)` for each backend, in `jobs` lanes: the results in the backends' order, up to and
+    """`run_one(backend)` for each backend, in `lanes`: the results in the backends' order, up to and
     including the first (in that order) that `failed`, after which nothing is started. An exception out of
     `run_one` (a harness bug; Ctrl-C on the main thread) is raised as it is, on the main thread."""
     outcomes: list[_Outcome[R]] = [_Outcome() for _ in backends]
-    schedule = _Schedule(backends)
+    schedule = _Schedule(backends, lanes.side_only)
 
     def lane(main: bool) -> None:
         while (i := schedule.take(main)) is not None:
             end = True
             try:
-                if jobs > 1 and backends[i].concurrent:
+                if lanes.total > 1 and backends[i].concurrent:
                     import_requirements(backends[i])
                 result = outcomes[i].result = run_one(backends[i])
                 end = failed(result)
@@ -163,7 +186,7 @@ def run_in_lanes(
                 schedule.done(i, main, end)
 
     workers = [threading.Thread(target=lane, args=(False,), name=f"parity-lane-{k}", daemon=True)
-               for k in range(1, jobs)]
+               for k in range(1, lanes.total)]
     try:
         for w in workers:
             w.start()

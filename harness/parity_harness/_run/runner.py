@@ -106,10 +106,10 @@ def run_parity(
     guards = [guarded(b) for b in backends]
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
     say = progress or (lambda _msg: None)
-    lanes = lanes_for(jobs, guards)
     release = fixture.parameter_count() >= RELEASE_PARAMETERS
+    lanes = lanes_for(jobs, guards, small=not release)
 
-    with survivors_frozen(release and lanes == 1) as freeze:
+    with survivors_frozen(release and lanes.total == 1) as freeze:
 
         def run_one(backend: GuardedBackend) -> BackendResult:
             own = Report(report.fixture, measure_budget=budget)

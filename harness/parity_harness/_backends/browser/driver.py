@@ -25,7 +25,6 @@ import os
 import queue
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 from parity_harness._backends import sessions
 from parity_harness._backends.node.runtime import find_node, kill_group, last_line, node_env, run_node, tail_text
 from parity_harness._backends.onnx.graph import OnnxGraph, expected_outputs, onnx_file
+from parity_harness._backends.quiet import unsilenced_stderr
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
 from parity_harness._core.precision import BackendOutput
 from parity_harness._core.resources import CHECKOUT_DIR
@@ -272,7 +272,7 @@ def say_once(message: str) -> None:
     """Print a note on stderr the first time it comes up in this process."""
     if message not in _said:
         _said.add(message)
-        print(f"parity: {message}", file=sys.stderr, flush=True)
+        print(f"parity: {message}", file=unsilenced_stderr(), flush=True)  # seen even beside a silenced backend
 
 
 def run_onnx_graph(who: str, fixture: Fixture, graph: OnnxGraph, optimization: str) -> BackendOutput:

@@ -24,6 +24,8 @@ class OnnxRuntimeWebOptimizedBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32",)
     requires: ClassVar[tuple[str, ...]] = ("onnx",)  # to check the graph's weights (_backends/onnx/weights.py)
     install_hint: ClassVar[str] = f"{browser.INSTALL_HINT}; pip install 'parity-harness[onnx]'"
+    concurrent: ClassVar[bool] = True  # one browser session for the run, behind its lock; no process-wide state
+    out_of_process: ClassVar[bool] = True  # the browser computes: a side lane on a small fixture (_run/lanes.py)
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
 
     def declines(self, fixture: Fixture) -> str | None:

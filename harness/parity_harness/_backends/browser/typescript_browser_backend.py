@@ -25,6 +25,8 @@ class TypeScriptBrowserBackend(Backend):
         "float64"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp64",)
     install_hint: ClassVar[str] = browser.INSTALL_HINT
+    concurrent: ClassVar[bool] = True  # one browser session for the run, behind its lock; no process-wide state
+    out_of_process: ClassVar[bool] = True  # the browser computes: a side lane on a small fixture (_run/lanes.py)
     streams: ClassVar[bool] = False  # the browser driver returns every case at once (run)
 
     def declines(self, fixture: Fixture) -> str | None:

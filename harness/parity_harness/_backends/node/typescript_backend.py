@@ -46,6 +46,7 @@ class TypeScriptBackend(Backend):
     install_hint: ClassVar[str] = INSTALL_HINT
     streams: ClassVar[bool] = True  # run.ts --per-case: one file per case, read and dropped one at a time
     concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
+    out_of_process: ClassVar[bool] = True  # Node computes: a side lane on a small fixture (_run/lanes.py)
 
     def missing_dependencies(self) -> list[str]:
         try:
