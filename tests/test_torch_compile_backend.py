@@ -8,6 +8,7 @@ is skipped, which PARITY_REQUIRE_ALL_BACKENDS=1 (CI) turns into a failure (tests
 
 from __future__ import annotations
 
+import shutil
 from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,12 @@ def test_the_cache_key_is_the_content_a_graph_depends_on() -> None:
     assert parts["model_source"] == tcb.source_sha256(__import__("parity_reference.model").model)
 
 
-def test_a_broken_cache_entry_is_compiled_again_and_replaced(toy_report: tuple[Any, int, list[str]],
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_cache_entry_is_compiled_again_and_replaced(
+        toy_report: tuple[Any, int, list[str]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """In a copy of the cache: the shared one is read by this module's other tests, on another xdist worker
+    (`-n 2`), and one of them read the broken entry while it was there. PARITY_DEBUG=1 says why it is compiled
+    again, past the silencing the backend computes in."""
     import torch
 
     from parity_reference.run import torch_params
@@ -129,11 +134,21 @@ def test_a_broken_cache_entry_is_compiled_again_and_replaced(toy_report: tuple[A
     first, _graphs, _asked = toy_report
     fixture = load_fixture(TOY)
     params = torch_params(fixture.weights(), "fp32")
-    parts = tcb.key_parts(fixture.config, fixture.lens_rows(), "fp32", params) | {"graph": tcb.graph_kind(True)}
-    entry = tcb.precompiled_dir() / f"{tcb.graph_key(parts)}.bin"
-    assert entry.is_file()  # the first run saved it
+    parts = tcb.key_parts(fixture.config, fixture.lens_rows(), "fp32", params)
+    names = [f"{tcb.graph_key(parts | {'graph': tcb.graph_kind(single)})}.bin" for single in (False, True)]
+    assert all((tcb.precompiled_dir() / n).is_file() for n in names)  # the first run saved them
+    copy = tmp_path / "parity-precompiled"
+    copy.mkdir()
+    for name in names:
+        shutil.copyfile(tcb.precompiled_dir() / name, copy / name)
+    monkeypatch.setattr(tcb, "precompiled_dir", lambda: copy)
+    entry = copy / names[0]
     entry.write_bytes(b"not a compiled graph")
+    monkeypatch.setenv("PARITY_DEBUG", "1")
+    capsys.readouterr()
     again = api.run([TorchCompileBackend()], str(TOY), ["fp32"], decoding=False)
+    said = capsys.readouterr().err
+    assert f"parity: debug: torch-compile: precompiled graph {names[0]} not loaded (UnpicklingError" in said, said
     assert again.passed and _rows(again) == [r for r in _rows(first) if r[0] == "fp32"]
     with open(entry, "rb") as f:  # replaced by a graph that loads
         assert torch.compiler.load_compiled_function(f) is not None

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
-from parity_harness._backends.quiet import silenced
+from parity_harness._backends.quiet import silenced, unsilenced_stderr
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
 from parity_harness._core.resources import user_cache_dir
 
@@ -275,6 +275,8 @@ def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens
             graph = torch.compiler.load_compiled_function(f)
         if isinstance(graph, AOTCompiledFunction) and graph.guard_check(params, tokens):
             return graph, True
+        _debug(f"precompiled graph {path.name} refused by its guards ({_guard_failure(graph, params, tokens)}); "
+               "compiling it again")
     except FileNotFoundError:
         pass
     except Exception as exc:  # broken, or unreadable by this torch: compile it again
@@ -292,9 +294,19 @@ def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens
     return graph, False
 
 
+def _guard_failure(graph: Any, params: dict[str, Any], tokens: Any) -> str:
+    """Why a loaded graph's guards refuse these inputs, in dynamo's words (for `_debug`; private API, so any
+    trouble reading it is said instead)."""
+    try:
+        reason = graph._artifacts.guard_manager.check_verbose(graph.prepare_f_locals(params, tokens))
+        return " ".join(str(getattr(reason, "verbose_code_parts", reason)).split())[:500]
+    except Exception as exc:
+        return f"reason not available: {type(exc).__name__}"
+
+
 def _debug(message: str) -> None:
     """A cache's trouble costs time, never the verdict: said on stderr only when PARITY_DEBUG=1."""
     if os.environ.get("PARITY_DEBUG") == "1":
-        print(f"parity: debug: torch-compile: {message}", file=sys.stderr)
+        print(f"parity: debug: torch-compile: {message}", file=unsilenced_stderr())  # it runs inside `silenced`
 
 
