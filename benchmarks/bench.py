@@ -276,6 +276,7 @@ def bench_preset(preset: str, keep: str | None) -> int:
     from benchmarks.treemem import measure
 
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix=f"parity-{preset}-")) / "fixture"
+    scratch = Path(tempfile.mkdtemp(prefix="parity-bench-report-"))  # the bench's own: never beside --keep DIR
     try:
         cli = [sys.executable, "-m", "parity_harness"]
         rows: list[tuple[str, float, float, float | None, str]] = []
@@ -288,7 +289,7 @@ def bench_preset(preset: str, keep: str | None) -> int:
         fixture = load_fixture(str(root))  # read and hashed once, for the list of backends and their floors
         names = scaled_backends(fixture)
         floors = preset_floors(fixture, names)
-        report = root.parent / f"{root.name}.report.json"
+        report = scratch / "report.json"
         every = ",".join(names)
         for name, jobs in [*((n, "1") for n in names), (every, "1"), (every, "2")]:
             extra = ["--json", str(report)] if "," in name and jobs == "1" else []
@@ -313,8 +314,8 @@ def bench_preset(preset: str, keep: str | None) -> int:
             print("\nerrors of the run over all backends, in eps * M_tap units (c = "
                   f"{SCALED_C['fp32']:g} fp32, {SCALED_C['fp64']:g} fp64):")
             units([str(report), "--fixture", str(root)])
-            report.unlink()
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         if not keep:
             shutil.rmtree(root.parent, ignore_errors=True)
     return 0

@@ -269,7 +269,8 @@ def failing_report(toy: Fixture) -> Report:
 def test_render_text_is_the_terminal_report(failing_report: Report) -> None:
     out = io.StringIO()
     print_report(failing_report, out)
-    assert api.render(failing_report) == out.getvalue()
+    # after a first line as `parity run`'s, which also marks a written file as parity's (_core/output_paths.py)
+    assert api.render(failing_report) == f"parity: fixture {failing_report.fixture}\n" + out.getvalue()
     assert f"first divergence at {LYING_TAP}" in out.getvalue()
 
 
@@ -303,9 +304,9 @@ def test_render_markdown_is_the_summary(failing_report: Report, tmp_path: Path,
 
 def test_render_replaces_a_file_whole_and_leaves_no_temporary(failing_report: Report, tmp_path: Path) -> None:
     target = tmp_path / "r.txt"
-    target.write_text("old contents\n")
+    target.write_text("parity: fixture an earlier render\n")  # parity's own (its first line): replaced whole
     text = api.render(failing_report, "text", target)
-    assert target.read_text() == text
+    assert target.read_text() == text and text.startswith(f"parity: fixture {failing_report.fixture}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.txt"]
 
 

@@ -182,7 +182,7 @@ def test_write_a_report_on_a_full_disk_leaves_a_whole_file_never_a_truncated_one
     """The report does not fit: no truncated JSON. What the path then holds is the small unusable marker
     (docs/reports.md: a run that ends in exit 2 must not leave an earlier report that merge would take for
     its own), written whole, and no temporary file is left beside it."""
-    (tmp_path / "r.json").write_text('{"previous": "report"}')
+    (tmp_path / "r.json").write_text('{"schema": "parity-report", "previous": "report"}')  # an earlier run's
     proc = run_with_small_disk("run", "--backends", "numpy", "--precision", "fp64", "-q", "--json",
                                str(tmp_path / "r.json"))
     assert proc.returncode == 2, (proc.stdout[-500:], proc.stderr[-1500:])

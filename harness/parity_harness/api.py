@@ -204,7 +204,8 @@ def merge(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> R
 
 def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | None = None, *,
            verbose: bool = False) -> str:
-    """The report as text in one of the existing views: "text" (the terminal report), "json" (the
+    """The report as text in one of the existing views: "text" (the terminal report after a first line
+    "parity: fixture DIR", as `parity run` starts), "json" (the
     documented schema, parity_harness/_views/console.py), "junit" (XML) or "markdown". With `path`, also written
     there as `parity run` writes its reports (never inside the report's fixture directory; a temporary
     file in the same directory, then renamed over `path`); returns the text."""
@@ -212,6 +213,7 @@ def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | 
         from parity_harness._views.console import print_report
 
         out = io.StringIO()
+        out.write(f"parity: fixture {report.fixture}\n")  # marks a written file as parity's (_core/output_paths.py)
         print_report(report, out, verbose=verbose)
         text = out.getvalue()
     elif fmt == "json":
@@ -243,7 +245,9 @@ def _write(report: Report, path: str, text: str, fmt: str) -> None:
     directory, writable), then a temporary file renamed over it (_core/output_paths.py, safe_write.py)."""
     from parity_harness._core.output_paths import check_output_paths, write_report_text
 
-    check_output_paths({"render path": path}, input_dirs={report.fixture: "the fixture directory"})
+    protected: dict[str | Path, str] = {report.fixture: "the fixture directory"}
+    protected.update(report.read_from)
+    check_output_paths({"render path": path}, input_dirs=protected)
     write_report_text(Path(path), text, LABELS[fmt])
 
 

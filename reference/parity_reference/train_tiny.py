@@ -14,14 +14,17 @@ number of predicted tokens; padding is ignored.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
 import math
 import multiprocessing
+import os
+import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -272,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    problem = _output_problem(args.out, args.json)  # before minutes of training, never after
+    if problem:
+        parser.error(problem)
     t0 = time.perf_counter()
     results, masked = run_experiment(args.seed, args.steps, progress=not args.quiet, jobs=args.jobs)
     results["seconds"] = time.perf_counter() - t0
@@ -279,12 +285,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.steps:,} steps x 2 models, seed {args.seed}, {results['seconds']:.1f} s")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        save_weights(masked.params(), args.out / "weights.safetensors")
+        _write_atomic(args.out / "weights.safetensors", lambda tmp: save_weights(masked.params(), tmp))
         print(f"wrote {args.out / 'weights.safetensors'}")
     if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        text = json.dumps(results, indent=2) + "\n"
+        _write_atomic(args.json, lambda tmp: tmp.write_text(text))
         print(f"wrote {args.json}")
     return 0
+
+
+def _output_problem(out: Path | None, json_path: Path | None) -> str | None:
+    """Why `--out` or `--json` cannot be written (checked before training), or None.
+
+    `--out` must not be a fixture directory: its weights are listed, hashed and sealed in its manifest, and
+    only `parity export` rewrites a fixture (whole, atomically). `--json`'s directory must exist.
+    """
+    if out is not None and (out / "manifest.json").exists():
+        return f"--out {out}: is a fixture directory (it has a manifest.json); rewrite a fixture with `parity export`"
+    if out is not None and out.exists() and not out.is_dir():
+        return f"--out {out}: not a directory"
+    if json_path is not None:
+        if json_path.is_dir():
+            return f"--json {json_path}: is a directory"
+        if not json_path.resolve().parent.is_dir():
+            return f"--json {json_path}: its directory does not exist"
+        if out is not None and json_path.resolve() == (out / "weights.safetensors").resolve():
+            return f"--json {json_path}: is where --out writes the weights"
+    return None
+
+
+def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(tmp)` into a temporary file beside `path`, then renamed over it: never a half-written file."""
+    real = Path(os.path.realpath(path))
+    name = real.parent / f".{real.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        write(name)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(name, 0o666 & ~umask)  # safetensors makes its file private; the umask decides, as for any file
+        os.replace(name, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
 
 
 if __name__ == "__main__":

@@ -156,6 +156,10 @@ def seal_manifest(root: Path | str, rehash_files: bool = False, allow_loose_tole
     path = root / MANIFEST
     if not os.path.isdir(root):  # never raises (a name too long is "not found")
         raise FixtureError(f"{root}: fixture directory not found")
+    real = os.path.realpath(path)
+    if os.path.dirname(real) != os.path.realpath(root):  # rewritten through the link, another file would change
+        raise FixtureError(f"{path}: a link to {real}, outside the fixture directory; parity seals only a "
+                           "manifest inside it (copy the file in place of the link first)")
     manifest = read_manifest(path)
     if rehash_files and isinstance(manifest.get("sha256"), dict):
         paths = {name: fixture_file(root, name, path) for name in manifest["sha256"]}  # all checked, then read

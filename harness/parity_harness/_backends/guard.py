@@ -58,18 +58,24 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 @contextmanager
 def sigint_handler() -> Iterator[None]:
-    """Record genuine Ctrl-C (SIGINT) so a KeyboardInterrupt a backend raises itself is told apart."""
+    """Record a genuine Ctrl-C (SIGINT) so a KeyboardInterrupt a backend raises itself is told apart.
+
+    SIGTERM (a CI job cancelled, `timeout`) is taken as the same interrupt: without a handler Python dies
+    at once, leaving a fixture's staging directory beside it and a stale report where `--json` points;
+    as a KeyboardInterrupt the command cleans up, marks `--json` unusable and exits 130.
+    """
     global _sigint_seen
     _sigint_seen = False
     try:
-        previous = signal.signal(signal.SIGINT, _on_sigint)
+        previous = {sig: signal.signal(sig, _on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: no handler, every KeyboardInterrupt counts as genuine
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def genuine_interrupt() -> bool:

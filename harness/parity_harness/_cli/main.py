@@ -142,11 +142,13 @@ def _run(args: argparse.Namespace, names: list[str] | None) -> int:
         raise ParityError(nothing)
     fixture.check_before_running()  # before spending time on backends
     if args.save_outputs is not None:
-        from parity_harness._run.dump import check_dump_names, check_writable
+        from parity_harness._run.dump import check_dump_names, check_writable, dump_name
 
         # before spending time on backends: two backends whose dumps would overwrite each other, an unwritable DIR
-        check_dump_names([(b.name, p) for b in backends for p in _precisions(args.precision) if p in b.precisions])
-        check_writable(Path(args.save_outputs))
+        runs: list[tuple[str, str]] = [(b.name, p) for b in backends for p in _precisions(args.precision)
+                                       if p in b.precisions]
+        check_dump_names(runs)
+        check_writable(Path(args.save_outputs), [dump_name(b, p) for b, p in runs])
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
           f"backends: {', '.join(b.name for b in backends) or 'none'}")
     if named_only:

@@ -8,6 +8,7 @@ per-tap results it holds are `parity_harness._compare.judge`'s, the budget rows 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,11 @@ class BackendRun:
     seconds: float
     status: RunStatus  # a backend that fails stops the run: status CRASHED (the error line in message), exit 2
     message: str = ""
+
+
+def read_from(path: str | os.PathLike[str], what: str) -> dict[str, str]:
+    """`{path: what}` for `Report.read_from`: the path absolute, symlinks resolved."""
+    return {os.path.realpath(path): what}
 
 
 @dataclass
@@ -53,6 +59,9 @@ class Report:
     # The likely cause of each case's first failing tap, by (backend, precision, golden, case, tap)
     # (parity_harness/_compare/diagnose.py); copied onto the first divergences. Not written to JSON.
     causes: dict[tuple[str, str, str, str, str], str] = field(default_factory=dict, repr=False)
+    # What the report was made from, absolute (symlinks resolved when it was made) -> what it is: the fixture
+    # directory, the dumps judged, the reports merged. `api.render(path=...)` never writes over one. Not in JSON.
+    read_from: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def n_decoding_failed(self) -> int:

@@ -8,8 +8,13 @@ fixture's backends start:
 - resolved (`os.path.realpath`, symlinks followed), it must not be an input of the command (the
   fixture directory or a file in it, a dump being compared, a report being merged), the same file
   as another output, or a dump the same command writes (inside `--save-outputs DIR`);
-- it must be writable: opened for appending (nothing truncated; a file the check creates is
-  removed again; a FIFO without a reader is refused, not waited for).
+- an existing file there must be one parity wrote (a report, a picture, the self-test's JSON: each
+  recognised by its first bytes, `written_by_parity`) or empty: parity never overwrites a file it did
+  not write;
+- it must be writable as it will be written (`safe_write.check_target`): its directory takes a new
+  file (the temporary file renamed into place), an existing file opens for appending (nothing
+  truncated), `/dev/stdout` and its kin are open for writing, a FIFO has a reader (refused, not
+  waited for, when it has none; its descriptor kept for the write, so the reader sees no early end).
 
 A typo in a path costs nothing and never follows a PASS line with a traceback. Reports are then
 written through parity_harness/_core/safe_write.py (a temporary file renamed into place); a failure while
@@ -18,16 +23,15 @@ writing after the run (a full disk: `/dev/full`) is one line, exit 2, too.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from parity_harness._core.errors import ParityError
 from parity_harness._core.input_files import MAX_STEP_SUMMARY_BYTES
-from parity_harness._core.safe_write import append_text_atomic, write_text_atomic
+from parity_harness._core.safe_write import append_text_atomic, check_target, is_stream, write_text_atomic
 
 STEP_SUMMARY = "$GITHUB_STEP_SUMMARY"
 # What each report option writes, for messages ("cannot write the JSON report").
@@ -52,19 +56,44 @@ def _is_device(path: Path) -> bool:
 
 
 def check_writable(path: Path, label: str) -> None:
-    """ParityError (one line) unless `path` can be opened for writing; leaves no new file behind."""
+    """ParityError (one line) unless `path` can be written as parity writes it; leaves nothing behind.
+
+    parity_harness/_core/safe_write.py's `check_target`: the directory takes the temporary file the write
+    renames into place, an existing file is writable (nothing truncated), a stream is open for writing, a
+    FIFO has a reader (and is not closed on it).
+    """
+    check_target(path, label)
+
+
+# What every kind of file parity writes starts with (or carries near its start), so that an existing file at
+# an output path can be told to be parity's own: a JSON report or the self-test's JSON ("schema": "parity-..."
+# first), JUnit XML, the Markdown summary, a picture (its title, _views/plots.py). Dumps carry their own
+# metadata (parity_harness/_run/dump.py, `check_dump_target`).
+PICTURE_TITLE = "parity"  # every picture's title in its metadata (PNG tEXt, SVG <dc:title>; _views/plots.py)
+_OWN_HEAD = re.compile(rb'\A(?:\{\s*"schema":\s*"parity-|<\?xml[^>]*>\s*<testsuites name="parity"|## parity\b'
+                       rb'|parity: fixture )')
+_OWN_MARKS = (b"tEXtTitle\x00" + PICTURE_TITLE.encode(), f"<dc:title>{PICTURE_TITLE}</dc:title>".encode())
+_SNIFF_BYTES = 64 << 10
+
+
+def written_by_parity(path: Path) -> bool:
+    """Whether the regular file `path` is one parity wrote (or is empty: nothing in it to lose)."""
+    with open(path, "rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    return not head or _OWN_HEAD.match(head) is not None or any(mark in head for mark in _OWN_MARKS)
+
+
+def _refuse_foreign(option: str, given: str, real: Path) -> None:
+    """ParityError when an existing file at the output path is not one parity wrote: it is never overwritten."""
+    if is_stream(Path(given)):  # /dev/stderr and its kin: appended to, never replaced
+        return
     try:
-        if os.path.isdir(path):
-            raise ParityError(f"{path}: cannot write the {label} (it is a directory)")
-        existed = os.path.lexists(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
-        os.close(fd)
-    except OSError as exc:
-        why = "a FIFO nobody reads" if exc.errno == errno.ENXIO else _why(exc)
-        raise ParityError(f"{path}: cannot write the {label} ({why})") from None
-    if not existed:
-        with contextlib.suppress(OSError):
-            path.unlink()
+        if not stat.S_ISREG(os.stat(real).st_mode) or written_by_parity(real):
+            return
+    except OSError:
+        return  # absent, or unreadable: check_writable says what is wrong with it
+    raise ParityError(f"{option} {given}: exists and is not a file parity wrote; parity never overwrites a file it "
+                      "did not write (remove it, or give another path)")
 
 
 def _refuse_input(option: str, given: str, real: Path, inputs: Mapping[Path, str],
@@ -75,7 +104,8 @@ def _refuse_input(option: str, given: str, real: Path, inputs: Mapping[Path, str
                           "overwrites what parity reads")
     for directory, what in input_dirs.items():
         if real == directory or real.is_relative_to(directory):
-            raise ParityError(f"{option} {given}: is inside {what} {directory}; an output never overwrites "
+            where = "is" if real == directory and not directory.is_dir() else "is inside"
+            raise ParityError(f"{option} {given}: {where} {what} {directory}; an output never overwrites "
                               "what parity reads")
 
 
@@ -110,6 +140,8 @@ def check_output_paths(
         path = Path(text)
         real = _real(path)
         _refuse_input(option, text, real, ins, in_dirs)
+        if option != STEP_SUMMARY:  # appended to, never replaced
+            _refuse_foreign(option, text, real)
         if dump_dir is not None and real.parent == _real(Path(dump_dir)) and real.name.endswith(DUMP_SUFFIXES):
             raise ParityError(f"{option} {text}: is where --save-outputs {dump_dir} writes a dump")
         if real in seen and not _is_device(real):

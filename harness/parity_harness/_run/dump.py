@@ -20,7 +20,7 @@ from typing import Any, cast
 import numpy as np
 
 from parity_harness import __version__
-from parity_harness._compare.report import BackendRun, Report
+from parity_harness._compare.report import BackendRun, Report, read_from
 from parity_harness._core.errors import ParityError
 from parity_harness._core.input_files import MAX_DUMP_HEADER_BYTES, InputFileError, check_input_file
 from parity_harness._core.precision import PRECISIONS, BackendOutput, Precision, unrepresentable
@@ -97,14 +97,43 @@ def dump_metadata(backend: str, precision: str, fid: str, supported: list[str]) 
     }
 
 
-def check_writable(directory: Path) -> None:
-    """Create `directory` if needed and prove a file can be written there; DumpError (exit 2) if not."""
+def check_writable(directory: Path, names: list[str] | None = None) -> None:
+    """Create `directory` if needed and prove a file can be written there; DumpError (exit 2) if not.
+
+    `names`: the dumps the run will write there, each checked by `check_dump_target` (never through a
+    link, never over a file that is not a parity dump).
+    """
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".parity-write-check-"):
             pass
     except OSError as exc:
         raise DumpError(f"--save-outputs {directory}: cannot write there ({exc.strerror or exc})") from None
+    for name in names or []:
+        check_dump_target(directory / name)
+
+
+def check_dump_target(path: Path) -> None:
+    """DumpError unless `path` is free for a dump: absent, or a regular file that is a parity dump.
+
+    A dump is written as a plain file in its directory: a symlink there (to a golden file, to
+    /dev/null) is refused, not followed, and a file that is not a parity dump is never overwritten
+    (docs/security.md, "Files"). Checked before the run and again just before each dump is written.
+    """
+    if os.path.islink(path):
+        raise DumpError(f"--save-outputs: {path} is a symbolic link; dumps are written as plain files, never "
+                        "through a link (remove it, or save to another directory)")
+    if not os.path.lexists(path):
+        return
+    try:
+        meta = read_header(path).get("__metadata__")
+    except DumpError as exc:
+        why = str(exc).removeprefix(f"{path}: ")
+        raise DumpError(f"--save-outputs: {path} exists and is not a parity dump ({why}); parity never overwrites "
+                        "a file it did not write") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise DumpError(f"--save-outputs: {path} exists and is not a parity dump (no '{FORMAT_NAME}' metadata); "
+                        "parity never overwrites a file it did not write")
 
 
 def write_dump(
@@ -122,6 +151,7 @@ def write_dump(
             if isinstance(value, np.ndarray):  # anything else is left out: "missing", as in the run
                 tensors[f"{case.name}/{tap}"] = np.ascontiguousarray(value)
     meta = dump_metadata(backend, precision, fid, supported)
+    check_dump_target(path)  # again: the directory may have changed during the run
     try:  # through a temporary file renamed into place (parity_harness/_core/safe_write.py)
         write_atomic_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta), "dump")
     except (ValueError, TypeError) as exc:
@@ -278,7 +308,9 @@ def compare_dumps(fixture: Fixture, paths: list[Path], budget: bool = True) -> R
         if key in seen:
             raise DumpError(f"{d.path}: a second dump of {d.backend} {d.precision} (the first is {seen[key]})")
         seen[key] = d.path
-    report = Report(str(fixture.root), fixture_id=fid, tolerances=fixture.tolerance_summary(), measure_budget=budget)
+    report = Report(str(fixture.root), fixture_id=fid, tolerances=fixture.tolerance_summary(), measure_budget=budget,
+                    read_from={**read_from(fixture.root, "the fixture directory"),
+                               **{k: v for d in dumps for k, v in read_from(d.path, "a dump it judged").items()}})
     for d in dumps:
         report.runs.append(BackendRun(d.backend, d.precision, 0.0, RunStatus.DUMP, str(d.path)))
         add_output(report, fixture, d.backend, d.precision, d.output, d.supported)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from parity_harness._backends.guard import one_line
 from parity_harness._compare.budget import GOLDEN_FP32, BudgetRow
 from parity_harness._compare.judge import FAIL, CheckResult, FirstDivergence, TapSummary
-from parity_harness._compare.report import BackendRun, Report
+from parity_harness._compare.report import BackendRun, Report, read_from
 from parity_harness._core.input_files import MAX_REPORT_BYTES, InputFileError, read_input_bytes
 from parity_harness._core.status import RunStatus
 from parity_harness._core.strict_json import StrictJSONError, loads_strict
@@ -226,7 +226,8 @@ def merge_reports(paths: list[Path]) -> Report:
     """One Report from the JSON reports of several runs of the same fixture (see the module docstring)."""
     docs = [(p, read_report(p)) for p in paths]
     first_path, first = docs[0]
-    report = Report(str(first.get("fixture", "")), fixture_id=first["fixture_id"], tolerances=_tolerances(first))
+    report = Report(str(first.get("fixture", "")), fixture_id=first["fixture_id"], tolerances=_tolerances(first),
+                    read_from={k: v for p in paths for k, v in read_from(p, "a report it merged").items()})
     owner: dict[tuple[str, str], Path] = {}
     decoded_by: dict[tuple[str, str], Path] = {}
     golden_rows_seen = False

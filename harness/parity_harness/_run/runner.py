@@ -32,7 +32,7 @@ from parity_harness._compare.judge import (
     judge_tensor,
     name_index,
 )
-from parity_harness._compare.report import BackendRun, Report
+from parity_harness._compare.report import BackendRun, Report, read_from
 from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import DEFAULT_PRECISIONS, is_reduced, tiers_for
 from parity_harness._core.status import RunStatus
@@ -104,7 +104,8 @@ def run_parity(
 
     wanted = precisions or list(DEFAULT_PRECISIONS)
     guards = [guarded(b) for b in backends]
-    report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget)
+    report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget,
+                    read_from=read_from(fixture.root, "the fixture directory"))
     say = progress or (lambda _msg: None)
     release = fixture.parameter_count() >= RELEASE_PARAMETERS
     lanes = lanes_for(jobs, guards, small=not release)

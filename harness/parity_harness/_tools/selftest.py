@@ -317,6 +317,7 @@ class SelftestResult:
 
     def to_json(self) -> dict[str, object]:
         return {
+            "schema": "parity-selftest",  # first: how a later run knows the file is parity's (_core/output_paths.py)
             "fixture": self.fixture,
             "controls": self.controls,
             "stress_fixture": self.stress_fixture,

@@ -66,11 +66,15 @@ def _save(fig: Any, path: Path) -> None:
     (titles, legends, cells) made safe (parity_harness/_core/sanitize.py)."""
     from matplotlib.text import Text
 
+    from parity_harness._core.output_paths import PICTURE_TITLE
     from parity_harness._core.safe_write import write_atomic_with
 
     for text in fig.findobj(Text):
         text.set_text(safe_text(text.get_text()))
-    write_atomic_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix.lower().lstrip(".")), "picture")
+    kind = path.suffix.lower().lstrip(".")
+    # The title marks the file as parity's (_core/output_paths.py): a later run may write over it, no other file.
+    write_atomic_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=kind, metadata={"Title": PICTURE_TITLE}),
+                      "picture")
 
 
 def ladder_floor(values: list[float]) -> float:
