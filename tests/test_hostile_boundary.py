@@ -126,7 +126,7 @@ EXIT_2 = [
     ("decode-generate-lists", ["generate", "--prompt", "the cat", "--backends", "numpy,decode-returns-lists"],
      ("expected numpy.ndarray",)),
     ("nothing-generate-single-run", ["generate", "--prompt", "the cat", "--backends", "numpy", "--precision", "fp64"],
-     ("nothing compared", "only one run")),
+     ("nothing compared", "only one backend")),
     ("nothing-lens-no-lens-taps", ["lens", "--case", "grammar_0", "--backends", "no-lens-taps"],
      ("nothing compared", "logit_lens")),
     ("nothing-lens-a-declining-backend-is-not-run", ["lens", "--case", "grammar_0", "--backends",
@@ -136,7 +136,7 @@ EXIT_1 = [
     ("judged-plugin-overrides-run-wrong", _fp64_run("subclass-overrides-run-wrong")),
     ("judged-plugin-overrides-run-cases-wrong", _fp64_run("subclass-overrides-run-cases-wrong")),
     ("decode-run-loosening-does-not-reach-the-next-backend", _fp64_run("decode-loosens-tolerances,decode-wrong")),
-    ("decode-generate-nan-logits", ["generate", "--prompt", "the cat", "--backends", "decode-nan-logits",
+    ("decode-generate-nan-logits", ["generate", "--prompt", "the cat", "--backends", "decode-nan-logits,numpy",
                                     "--precision", "all"]),
 ]
 

@@ -58,8 +58,50 @@ def _refuse(path: Path, what: str) -> MergeError:
     return MergeError(f"{path}: {what}; not merged (a report must agree with its own rows)")
 
 
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+
+
+def check_tolerances(path: Path, doc: dict[str, Any]) -> None:
+    """The tolerances a report says it was judged with: both tiers, each a non-negative finite atol and rtol
+    and a table of per-tap overrides of the same shape; a default beyond its ceiling (docs/tolerances.md)
+    or an override's rtol beyond its ceiling only when the report's `tolerances_loose` is not empty, so the
+    merge says LOOSE TOLERANCES. (An override's atol ceiling scales with the goldens' magnitudes, which a
+    report does not carry: it was checked when the run loaded its fixture.)"""
+    from parity_harness._fixture.tolerances import CEILINGS, default_problems
+
+    tiers = doc.get("tolerances")
+    loose = doc.get("tolerances_loose", [])
+    if not isinstance(loose, list) or not all(isinstance(x, str) for x in loose):
+        raise MergeError(f"{path}: malformed report: 'tolerances_loose' is {_text(loose)}, expected a list of strings")
+    if not isinstance(tiers, dict) or set(tiers) != {"fp32", "fp64"}:
+        raise MergeError(f"{path}: malformed report: 'tolerances' is {_text(tiers)}, expected the fp32 and fp64 "
+                         "tiers; not merged")
+    problems: list[str] = []
+    for precision in ("fp32", "fp64"):
+        tier = tiers[precision]
+        where = f"tolerances.{precision}"
+        if not isinstance(tier, dict) or not _number(tier.get("atol")) or not _number(tier.get("rtol")) \
+                or not isinstance(tier.get("overrides"), dict):
+            raise MergeError(f"{path}: malformed report: {where!r} is {_text(tier)}, expected a finite atol and rtol "
+                             "(>= 0) and an 'overrides' table; not merged")
+        problems += default_problems(precision, tier["atol"], tier["rtol"])  # type: ignore[arg-type]
+        for tap, override in tier["overrides"].items():
+            if not isinstance(override, dict) or not _number(override.get("atol")) \
+                    or not _number(override.get("rtol")):
+                raise MergeError(f"{path}: malformed report: {where}.overrides[{tap!r}] is {_text(override)}, "
+                                 "expected a finite atol and rtol (>= 0); not merged")
+            if override["rtol"] > CEILINGS[precision].rtol:  # type: ignore[index]
+                problems.append(f"{where}.overrides[{tap!r}].rtol {override['rtol']:g} is above the ceiling "
+                                f"{CEILINGS[precision].rtol:g}")  # type: ignore[index]
+    if problems and not loose:  # listed (in any words), the merged report says LOOSE TOLERANCES: not a gate
+        raise _refuse(path, f"it was judged at tolerances beyond their ceilings ({problems[0]}) but does not say "
+                            "so in 'tolerances_loose'")
+
+
 def check_report(path: Path, doc: dict[str, Any], shard: Report, derived: dict[str, Any]) -> None:
     """Every check of the module docstring; `derived` is `report_json(shard)`, the fields recomputed from the rows."""
+    check_tolerances(path, doc)
     for key in ("counts", "taps_compared", "loose", "passed", "exit_code"):
         if doc.get(key) != derived[key]:
             raise _refuse(path, f"its {key!r} is {_text(doc.get(key))}, its rows give {_text(derived[key])}")

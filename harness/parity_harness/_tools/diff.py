@@ -25,7 +25,8 @@ def run_diff(
     fixture: Fixture, backends: tuple[AnyBackend, AnyBackend], precision: Precision,
     progress: Progress | None = None,
 ) -> tuple[Differential, list[str]]:
-    """The differential of two backends, and one note per tier that disagrees (what `parity run` would show)."""
+    """The differential of two backends, and one note per tier that breaks its tolerance (what `parity run`
+    would show): a note makes the verdict DISAGREE (`print_diff`), flagged or not."""
     a, b = guarded(backends[0]), guarded(backends[1])
     if a.name == b.name:
         raise ParityError(f"parity diff needs two different backends, got {a.name!r} twice")
@@ -45,10 +46,18 @@ def run_diff(
 
 
 def print_diff(diff: Differential, notes: list[str], out: TextIO) -> Verdict:
-    """Print the view and its verdict line; return the verdict."""
+    """Print the view and its verdict line; return the verdict.
+
+    Exit 0 means compared and agreeing: two backends that both break the fixture's tolerance are not flagged
+    against each other (neither is worse than its peer), and still DISAGREE, as `parity run` says of them.
+    """
     for line in [*format_differential(diff), *notes]:
         print(line, file=out)
     verdict = diff.verdict
+    if verdict == Verdict.AGREE and notes:
+        print(f"NOTHING FLAGGED between {diff.backends[0]} and {diff.backends[1]}, but {len(notes)} tier(s) break "
+              "the fixture's tolerance (the notes above): DISAGREE", file=out)
+        return Verdict.DISAGREE
     if verdict == Verdict.NOTHING_COMPARED:
         print("ERROR: nothing was compared: no tap is produced by both backends", file=out)
     elif diff.flags:

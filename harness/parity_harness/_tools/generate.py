@@ -53,9 +53,10 @@ def run_generate(fixture: Fixture, prompt: str, steps: int, backends: Sequence[A
     if not rows:
         raise ParityError("no selected backend decodes: nothing to generate "
                           f"(decoding not supported by {', '.join(unsupported) or 'any'})")
-    if len(rows) < 2:  # one run agrees with itself: that is no comparison, and never exit 0
-        raise ParityError(f"parity generate: nothing compared: only one run decodes ({rows[0][0]}); "
-                          "select at least two backend x precision runs")
+    decoders = sorted({label.rsplit(" ", 1)[0] for label, _, _ in rows})
+    if len(decoders) < 2:  # one backend agrees with itself, in one precision or two: no comparison, never exit 0
+        raise ParityError(f"parity generate: nothing compared: only one backend decodes ({decoders[0]}, "
+                          f"{len(rows)} run(s)); select at least two backends")
     vocab = fixture.vocab
     text = " ".join(vocab[t] for t in tokens)
     print(f"parity generate: prompt \"{text}\" ({len(tokens)} tokens), {steps} greedy steps", file=out)
