@@ -38,16 +38,16 @@ if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
 
 
-def _parse_backends(text: str | None) -> list[str] | None:
+def _parse_backends(text: str | None, option: str = "--backends", what: str = "backend") -> list[str] | None:
     if text is None:
         return None
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise ParityError("--backends needs at least one backend name")
+        raise ParityError(f"{option} needs at least one {what} name")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ParityError(f"--backends names {', '.join(map(repr, repeated))} more than once "
-                          "(each backend runs once; its checks would be counted twice)")
+        raise ParityError(f"{option} names {', '.join(map(repr, repeated))} more than once "
+                          f"(each {what} runs once; its checks would be counted twice)")
     return names
 
 
@@ -303,6 +303,11 @@ def cmd_lens(args: argparse.Namespace) -> int:
     from parity_harness._tools.lens import run_lens
 
     check_output_paths({"--plot": args.plot}, input_dirs={args.fixture: "the fixture directory"})
+    if args.plot is not None:  # a picture type parity cannot draw, or no matplotlib: before any backend runs
+        from parity_harness._views.plots import check_plot_path, require_matplotlib
+
+        check_plot_path(Path(args.plot))
+        require_matplotlib()
     fixture = load_fixture(args.fixture)
     names = _parse_backends(args.backends)
     backends, skipped, _ = select_backends(names)
@@ -524,7 +529,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     check_output_paths({"--json": args.json}, input_dirs={args.fixture: "the fixture directory",
                                                           args.stress_fixture: "the stress fixture directory"})
     fixture = load_fixture(args.fixture)
-    mutants = by_name(_parse_backends(args.only) if args.only is not None else None)
+    mutants = by_name(_parse_backends(args.only, "--only", "mutant") if args.only is not None else None)
     # The stability mutants are caught on the stress fixture (and must pass on the toy).
     stress = load_fixture(args.stress_fixture) if any(m.caught_on == "stress" for m in mutants) else None
     result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress, stress=stress)
