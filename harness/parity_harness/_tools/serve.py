@@ -188,8 +188,8 @@ def build_page(out_dir: Path) -> None:
 def serve_forever(fixture_dir: Path, port: int) -> None:
     """`parity serve`: serve until interrupted (a stop by Ctrl-C is the normal end)."""
     with serving(fixture_dir, port) as url:
-        print(f"parity: serving the page for {fixture_dir} at {url} (Ctrl-C to stop)", flush=True)
-        try:
+        try:  # the line inside: a Ctrl-C right after it is printed (before the wait) is a stop too, not exit 130
+            print(f"parity: serving the page for {fixture_dir} at {url} (Ctrl-C to stop)", flush=True)
             threading.Event().wait()
         except KeyboardInterrupt:
             print("parity: stopped", file=sys.stderr)
