@@ -9,6 +9,7 @@ per-tap results it holds are `parity_harness._compare.judge`'s, the budget rows 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +32,9 @@ class BackendRun:
     message: str = ""
 
 
-def read_from(path: str | os.PathLike[str], what: str) -> dict[str, str]:
-    """`{path: what}` for `Report.read_from`: the path absolute, symlinks resolved."""
-    return {os.path.realpath(path): what}
+def read_from(paths: Iterable[str | os.PathLike[str]], what: str) -> dict[str, str]:
+    """`{path: what}` for each of `paths`, for `Report.read_from`: each path absolute, symlinks resolved."""
+    return {os.path.realpath(path): what for path in paths}
 
 
 @dataclass

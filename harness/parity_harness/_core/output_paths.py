@@ -55,16 +55,6 @@ def _is_device(path: Path) -> bool:
         return False
 
 
-def check_writable(path: Path, label: str) -> None:
-    """ParityError (one line) unless `path` can be written as parity writes it; leaves nothing behind.
-
-    parity_harness/_core/safe_write.py's `check_target`: the directory takes the temporary file the write
-    renames into place, an existing file is writable (nothing truncated), a stream is open for writing, a
-    FIFO has a reader (and is not closed on it).
-    """
-    check_target(path, label)
-
-
 # What every kind of file parity writes starts with (or carries near its start), so that an existing file at
 # an output path can be told to be parity's own: a JSON report or the self-test's JSON ("schema": "parity-..."
 # first), JUnit XML, the Markdown summary, a picture (its title, _views/plots.py). Dumps carry their own
@@ -91,7 +81,7 @@ def _refuse_foreign(option: str, given: str, real: Path) -> None:
         if not stat.S_ISREG(os.stat(real).st_mode) or written_by_parity(real):
             return
     except OSError:
-        return  # absent, or unreadable: check_writable says what is wrong with it
+        return  # absent, or unreadable: check_target says what is wrong with it
     raise ParityError(f"{option} {given}: exists and is not a file parity wrote; parity never overwrites a file it "
                       "did not write (remove it, or give another path)")
 
@@ -147,7 +137,7 @@ def check_output_paths(
         if real in seen and not _is_device(real):
             raise ParityError(f"{path}: given for both the {LABELS.get(seen[real], seen[real])} and the {label}")
         seen[real] = option
-        check_writable(path, label)
+        check_target(path, label)  # writable as safe_write writes it; leaves nothing behind
 
 
 def check_report_paths(paths: Mapping[str, str | None]) -> None:
@@ -168,4 +158,4 @@ def output_inputs(paths: Iterable[str | Path], what: str) -> dict[str | Path, st
     return {p: what for p in paths}
 
 
-__all__ = ["check_output_paths", "check_report_paths", "check_writable", "output_inputs", "write_report_text"]
+__all__ = ["check_output_paths", "check_report_paths", "output_inputs", "write_report_text"]

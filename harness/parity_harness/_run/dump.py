@@ -309,8 +309,8 @@ def compare_dumps(fixture: Fixture, paths: list[Path], budget: bool = True) -> R
             raise DumpError(f"{d.path}: a second dump of {d.backend} {d.precision} (the first is {seen[key]})")
         seen[key] = d.path
     report = Report(str(fixture.root), fixture_id=fid, tolerances=fixture.tolerance_summary(), measure_budget=budget,
-                    read_from={**read_from(fixture.root, "the fixture directory"),
-                               **{k: v for d in dumps for k, v in read_from(d.path, "a dump it judged").items()}})
+                    read_from=read_from([fixture.root], "the fixture directory")
+                    | read_from([d.path for d in dumps], "a dump it judged"))
     for d in dumps:
         report.runs.append(BackendRun(d.backend, d.precision, 0.0, RunStatus.DUMP, str(d.path)))
         add_output(report, fixture, d.backend, d.precision, d.output, d.supported)

@@ -227,7 +227,7 @@ def merge_reports(paths: list[Path]) -> Report:
     docs = [(p, read_report(p)) for p in paths]
     first_path, first = docs[0]
     report = Report(str(first.get("fixture", "")), fixture_id=first["fixture_id"], tolerances=_tolerances(first),
-                    read_from={k: v for p in paths for k, v in read_from(p, "a report it merged").items()})
+                    read_from=read_from(paths, "a report it merged"))
     owner: dict[tuple[str, str], Path] = {}
     decoded_by: dict[tuple[str, str], Path] = {}
     golden_rows_seen = False

@@ -105,7 +105,7 @@ def run_parity(
     wanted = precisions or list(DEFAULT_PRECISIONS)
     guards = [guarded(b) for b in backends]
     report = Report(str(fixture.root), tolerances=fixture.tolerance_summary(), measure_budget=budget,
-                    read_from=read_from(fixture.root, "the fixture directory"))
+                    read_from=read_from([fixture.root], "the fixture directory"))
     say = progress or (lambda _msg: None)
     release = fixture.parameter_count() >= RELEASE_PARAMETERS
     lanes = lanes_for(jobs, guards, small=not release)
