@@ -151,11 +151,14 @@ def bench(session: nox.Session) -> None:
 
     The floor (imports, one Node start, one Chromium start) is timed in the same run; args go to the
     benchmark (benchmarks/bench.py: --repeat N, --skip-training, --warm, --fixture DIR, --backends A,B).
+    `npm ci` installs the browser backends, as for `parity`: without it a fresh clone's bench would time
+    every backend but those four.
 
     `nox -s bench -- --preset gpt2-small`: export GPT-2 small into a temporary directory, then time and
     measure (peak RSS of the process tree) `parity run` per backend and over all of them (docs/performance.md).
     """
     session.install("-e", ".[all]")
+    session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
     session.run("python", "-m", "benchmarks.bench", *session.posargs)
 
 

@@ -85,17 +85,21 @@ def import_command(modules: tuple[str, ...], lean_exit: bool = False) -> list[st
     return [sys.executable, "-c", "; ".join(lines)]
 
 
-def process_starts(repeat: int) -> tuple[float, float]:
-    """(one Node start, one Chromium start less the Node start of the driver that does it), medians."""
+def process_starts(repeat: int) -> tuple[float, float | None]:
+    """(one Node start, one Chromium start less the Node start of the driver that does it), medians.
+
+    The Chromium start is None when it was not timed: no browser here (`npm ci` not run), or a launch failed.
+    """
     from parity_harness._backends.browser.driver import DRIVER, missing
     from parity_harness._backends.node.runtime import find_node
 
     node = statistics.median(_once([find_node(), "-e", "0"])[0] for _ in range(repeat))
     if missing():
-        return node, float("nan")
+        return node, None
     runs = [_once([find_node(), str(DRIVER), "launch"]) for _ in range(repeat)]
-    chromium = statistics.median(w for w, _ in runs) - node if all(c == 0 for _, c in runs) else float("nan")
-    return node, max(0.0, chromium)
+    if any(code != 0 for _, code in runs):
+        return node, None
+    return node, max(0.0, statistics.median(w for w, _ in runs) - node)
 
 
 def bench_toy(fixture_dir: str, repeat: int, only: list[str] | None = None) -> None:
@@ -129,8 +133,8 @@ def bench_toy(fixture_dir: str, repeat: int, only: list[str] | None = None) -> N
             starts += node
             parts.append("one Node start")
         if any(n in BROWSER_BACKENDS for n in chosen):
-            starts += chromium
-            parts.append("one Chromium start")
+            starts += chromium or 0.0
+            parts.append("one Chromium start" + (" (its launch failed: not in the floor)" if chromium is None else ""))
         floors, leans, walls, code = [], [], [], 0
         for _ in range(repeat):
             floors.append(_once(import_command(modules))[0] + starts)
@@ -144,7 +148,8 @@ def bench_toy(fixture_dir: str, repeat: int, only: list[str] | None = None) -> N
     skipped = [n for n in names if n not in available]
     if skipped:
         print(f"not available here (not timed): {', '.join(skipped)}")
-    print(f"process starts in the floors: one Node start {node:.2f} s, one Chromium start {chromium:.2f} s")
+    browser = f"{chromium:.2f} s" if chromium is not None else "not timed (no browser here, or its launch failed)"
+    print(f"process starts in the floors: one Node start {node:.2f} s, one Chromium start {browser}")
 
 
 def bench_backends(fixture_dir: str, repeat: int) -> None:

@@ -40,3 +40,19 @@ def test_forward_flops_is_what_the_reference_computes_on_the_toy(toy_dir: Path) 
 def test_forward_flops_counts_only_the_rows_kept(gpt2_mini: Path) -> None:
     assert load_fixture(gpt2_mini).lens_rows() is not None  # probs and the logit lens on the last rows only
     assert forward_flops(load_fixture(gpt2_mini)) == counted_flops(gpt2_mini)
+
+
+@pytest.mark.parametrize("launch_code", [0, 1])
+def test_a_failed_chromium_start_is_not_timed_never_zero(monkeypatch: pytest.MonkeyPatch, launch_code: int) -> None:
+    """A launch that failed has no time to give: the floor must not count it as a 0 s start."""
+    import benchmarks.bench as bench
+    from parity_harness._backends.browser import driver
+
+    def once(argv: list[str]) -> tuple[float, int]:
+        return (2.5, launch_code) if "launch" in argv else (0.5, 0)  # a Node start 0.5 s, a launch 2.5 s
+
+    monkeypatch.setattr(driver, "missing", lambda: None)  # a browser is installed
+    monkeypatch.setattr(bench, "_once", once)
+    node, chromium = bench.process_starts(3)
+    assert node == 0.5
+    assert chromium == (2.0 if launch_code == 0 else None)
