@@ -13,7 +13,9 @@ One backend, one reduced precision (fp16 or bf16). Three passes over every case:
 
 Every error is in eps units of the precision, `max |x - fp64 golden| / (eps * M_tap)`. The verdict:
 AGREE when the free run's logits meet the target, DISAGREE when they do not (the recommendation says
-what to keep in fp32).
+what to keep in fp32). A NaN or infinity where the golden is finite, in the free run or in any layer run
+on its own, is a disagreement whatever the logits say, as a NaN fails its cell in `parity run`: the output
+names the layer, the tap and the case (`Attribution.non_finite`).
 """
 
 from __future__ import annotations
@@ -80,10 +82,26 @@ class Attribution:
     kept: list[str] = field(default_factory=list)  # the recommendation
     kept_predicted: float = 0.0
     notes: list[str] = field(default_factory=list)
+    non_finite: list[str] = field(default_factory=list)  # "layer: tap in case": a NaN or inf where the golden is not
 
     @property
     def verdict(self) -> Verdict:
+        if self.non_finite:
+            return Verdict.DISAGREE
         return Verdict.AGREE if self.free_logits <= self.target else Verdict.DISAGREE
+
+
+def _non_finite(out: dict[str, np.ndarray], golden: dict[str, np.ndarray]) -> list[str]:
+    """The taps of `out` holding a NaN or an infinity in a cell where the golden is finite."""
+    bad = []
+    for tap, a in out.items():
+        g = golden.get(tap)
+        if g is None or np.shape(g) != np.shape(a):
+            continue  # the boundary checked the names and shapes; a tap with no golden is not judged here
+        with np.errstate(all="ignore"):
+            if (~np.isfinite(np.asarray(a, dtype=np.float64)) & np.isfinite(g)).any():
+                bad.append(tap)
+    return bad
 
 
 def _exact_rest(params: dict[str, np.ndarray], fixture: Fixture, layer: str, x: np.ndarray) -> np.ndarray:
@@ -143,6 +161,7 @@ def attribute(fixture: Fixture, backend: GuardedBackend, precision: Precision,
     free: dict[str, float] = {}
     for case, taps in backend.forward(fixture, precision, backend.taps(fixture)):  # 1. the free run
         golden = fixture.golden_case("fp64", case.name)
+        result.non_finite += [f"the free run: {tap} in case {case.name}" for tap in _non_finite(taps, golden)]
         for tap in [f"blocks.{i}.hook_resid_post" for i in range(n_layer)] + ["logits"]:
             if tap in taps:
                 free[tap] = max(free.get(tap, 0.0), u(tap, taps[tap], golden[tap]))
@@ -165,6 +184,12 @@ def attribute(fixture: Fixture, backend: GuardedBackend, precision: Precision,
             attn = backend.layer(fixture, precision, f"{b}.attn", round_to(g[f"{b}.hook_resid_pre"], precision))
             mlp = backend.layer(fixture, precision, f"{b}.mlp", round_to(g[f"{b}.hook_resid_mid"], precision))
             chained = backend.layer(fixture, precision, f"{b}.mlp", attn[f"{b}.hook_resid_mid"])
+            found = [f"{b}.attn: {tap} in case {case.name}" for tap in _non_finite(attn, g)]
+            found += [f"{b}.mlp: {tap} in case {case.name}" for tap in _non_finite(mlp, g)]
+            if not found:  # the MLP run from the attention's output: non-finite only if its own doing
+                found += [f"{b}.mlp (from its attention's output): {tap} in case {case.name}"
+                          for tap in _non_finite(chained, g)]
+            result.non_finite += found
             for key, tap, out in (("attn", "hook_attn_out", attn), ("mlp", "hook_mlp_out", mlp),
                                   ("ln1", "ln1.hook_normalized", attn), ("ln2", "ln2.hook_normalized", mlp),
                                   ("introduced", "hook_resid_post", chained)):
@@ -174,7 +199,9 @@ def attribute(fixture: Fixture, backend: GuardedBackend, precision: Precision,
                 with np.errstate(all="ignore"):
                     deltas[layer].append(_exact_rest(params64, fixture, layer, x) - g["logits"])  # (T, V)
         last = g[f"blocks.{n_layer - 1}.hook_resid_post"] if n_layer else g["hook_embed"] + g["hook_pos_embed"]
-        logits = backend.layer(fixture, precision, "unembed", round_to(last, precision))["logits"]  # (T, V)
+        unembed = backend.layer(fixture, precision, "unembed", round_to(last, precision))
+        result.non_finite += [f"unembed: {tap} in case {case.name}" for tap in _non_finite(unembed, g)]
+        logits = unembed["logits"]  # (T, V)
         keep("unembed", u("logits", logits, g["logits"]))
         deltas["unembed"].append(logits.astype(np.float64) - g["logits"])  # (T, V)
 
@@ -226,6 +253,10 @@ def format_attribution(a: Attribution) -> list[str]:
         lines.append(f"recommendation: nothing to keep in fp32: the layers' errors predict {_num(a.kept_predicted)} "
                      f"units (target {a.target:g})")
     lines += [f"note: {n}" for n in a.notes]
+    if a.non_finite:
+        shown = sorted(set(a.non_finite), key=a.non_finite.index)
+        more = f" (and {len(shown) - 5} more)" if len(shown) > 5 else ""
+        lines.append(f"DISAGREE: not finite (NaN or inf where the fp64 golden is finite): {'; '.join(shown[:5])}{more}")
     return lines
 
 
