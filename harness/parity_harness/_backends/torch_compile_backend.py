@@ -21,12 +21,16 @@ Inductor compiles its CPU kernels with a C++ compiler: the one torch looks for, 
 (`clang++` on macOS), must be on PATH, or the backend is reported missing in one line.
 Inductor's cache goes to `$TORCHINDUCTOR_CACHE_DIR` when set, else to the user's cache directory
 (`$XDG_CACHE_HOME/parity/torchinductor`, by default `~/.cache/parity/torchinductor`), never into the
-working directory. Compile warnings and dynamo's log lines are kept off the terminal; a compile
-failure is one line naming the compiler's first error line.
+working directory. When that directory cannot be created or written (a path under a file, a read-only
+disk), the run compiles into a private temporary directory instead, removed when the process exits, and
+says so once on stderr (`usable_cache_dir`): the run costs a cold compile, never a crash. Compile warnings
+and dynamo's log lines are kept off the terminal; a compile failure is one line naming the compiler's first
+error line.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import inspect
@@ -34,6 +38,8 @@ import json
 import os
 import shutil
 import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -46,6 +52,7 @@ from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.quiet import silenced, unsilenced_stderr
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
 from parity_harness._core.resources import user_cache_dir
+from parity_harness._core.sanitize import one_line
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -74,6 +81,42 @@ def inductor_cache_dir() -> Path:
     return user_cache_dir("torchinductor")
 
 
+_fallback_lock = threading.Lock()
+
+
+def _unusable(path: Path) -> str | None:
+    """Why inductor could not keep its cache in `path` (created if missing, a file written and removed), or None."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".parity-probe-"):
+            pass
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return None
+
+
+def usable_cache_dir() -> Path:
+    """Inductor's cache directory for this process, set in $TORCHINDUCTOR_CACHE_DIR: `inductor_cache_dir()` when it
+    can be created and written, else a private temporary directory (removed at exit), said once on stderr."""
+    with _fallback_lock:
+        wanted = inductor_cache_dir()
+        reason = _unusable(wanted)
+        if reason is not None:
+            try:
+                private = Path(tempfile.mkdtemp(prefix="parity-torchinductor-"))
+            except OSError as exc:
+                raise BackendFailed(one_line(f"backend 'torch-compile': the cache directory {wanted} is not usable "
+                                             f"({reason}), nor is the temporary directory ({exc})")) from None
+            atexit.register(shutil.rmtree, private, ignore_errors=True)
+            print(one_line(f"parity: torch-compile: the cache directory {wanted} is not usable ({reason}); "
+                           f"compiling into a private temporary directory for this run (nothing is kept for the "
+                           f"next run; set TORCHINDUCTOR_CACHE_DIR to a writable directory to keep the graphs)", 1000),
+                  file=unsilenced_stderr(), flush=True)
+            wanted = private
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(wanted)
+        return wanted
+
+
 def compile_error_line(exc: BaseException) -> str:
     """The line that says why a compile failed: the compiler's first `error:` line, else the message's first."""
     text = str(exc)
@@ -94,13 +137,14 @@ class TorchCompileBackend(Backend):
     streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
     # It may run beside another backend: the process-wide state it changes is inductor's and dynamo's own
     # configuration (patched while it runs), which no other backend computes with, and TORCHINDUCTOR_CACHE_DIR,
-    # set once, in import_requirements (torch sets it again, to the same value, on every cache lookup): with
+    # set in import_requirements (torch sets it again, to the same value, on every cache lookup): with
     # --jobs 2 the lanes call it before it runs, under the import lock, and run_cases' own call changes nothing.
     concurrent: ClassVar[bool] = True
 
     def import_requirements(self) -> None:
-        """Inductor's cache directory chosen, then torch, inductor's configuration and dynamo imported."""
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir()))
+        """Inductor's cache directory chosen (`usable_cache_dir`: a private one when the configured one is not
+        usable), then torch, inductor's configuration and dynamo imported."""
+        usable_cache_dir()
         import torch._dynamo
         import torch._inductor.config  # noqa: F401
 
