@@ -7,14 +7,21 @@ crashed ...")`. A genuine Ctrl-C (a SIGINT seen by the handler `install_sigint_h
 place) still ends the run with exit 130. A `ParityError` of parity's own classes passes through
 with its text made one line; a subclass a plugin defines (which could set `exit_code = 0`) is
 re-raised as `BackendFailed`. The CLI decides exit codes, never the exception (parity_harness/_cli/main.py).
+A call that closes or replaces `sys.stdout`/`sys.stderr` is one line naming it (`_StreamWatch`), and a
+call past its deadline is stopped whatever it catches or masks (`deadline`). `current_backend()` names
+the backend whose call the current thread is in (for notes such as a restarted browser, _backends/sessions.py).
 What this cannot stop is in docs/security.md: an in-process plugin can still call `os._exit(0)`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import signal
+import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -87,10 +94,22 @@ def call_backend(name: str, what: str, fn: Callable[[], T], work: int = 1) -> T:
 
     A crash keeps its full traceback in the error's `detail` (`parity run -v` prints it). `work`: how many
     cases the call computes, for the hang guard (`deadline`: PARITY_BACKEND_TIMEOUT seconds per case).
+    A call that closed sys.stdout or sys.stderr, or left another object in their place, is BackendMisbehaved
+    naming the backend and the call, with usable streams put back first (`_StreamWatch`).
     """
+    watch = _StreamWatch()
+    outer = getattr(_local, "backend", None)
+    _local.backend = name
     try:
-        with deadline(name, what, work):
-            return fn()
+        try:
+            with deadline(name, what, work):
+                return fn()
+        finally:
+            _local.backend = outer
+            broken = watch.end()
+            if broken:  # whatever the call returned or raised, the streams it broke are the error
+                raise BackendMisbehaved(f"backend {name!r} {broken} in {what} (parity restored them; a backend "
+                                        "must leave sys.stdout and sys.stderr as it found them)") from None
     except BackendTimeout as exc:
         raise BackendMisbehaved(str(exc)) from None
     except KeyboardInterrupt as exc:
@@ -121,11 +140,103 @@ def _crashed(name: str, what: str, exc: BaseException) -> BackendMisbehaved:
 
 TIMEOUT_VARIABLE = "PARITY_BACKEND_TIMEOUT"
 _TRACEBACK_LINES = 400  # the last lines of a traceback kept (a deep recursion's is cut, its end is the cause)
-_armed = False
+GRACE_S = 2.0  # after a deadline: the stop raised again every RERAISE_S, then the process ended
+RERAISE_S = 0.25
+_MAX_TIMER_S = 1e8  # what signal.setitimer holds on every platform (x cases can pass MAX_SECONDS)
+_local = threading.local()  # per thread: `armed` (a deadline runs), `backend` (whose call this is)
+_hard_stop_hooks: list[Callable[[str], None]] = []
+_hard_stop_lock = threading.Lock()
 
 
 class BackendTimeout(BaseException):
     """Raised in the main thread by the alarm when a backend call overran its deadline (never by backend code)."""
+
+
+def current_backend() -> str | None:
+    """The backend whose call (`call_backend`) the current thread is in, or None."""
+    name = getattr(_local, "backend", None)
+    return name if isinstance(name, str) else None
+
+
+@contextmanager
+def hard_stop_hook(hook: Callable[[str], None]) -> Iterator[None]:
+    """While inside: `hook(line)` is called (never raising into the stop) before a hard stop ends the process,
+    e.g. to leave `--json` marked unusable (parity_harness/_cli/main.py)."""
+    with _hard_stop_lock:
+        _hard_stop_hooks.append(hook)
+    try:
+        yield
+    finally:
+        with _hard_stop_lock:
+            if hook in _hard_stop_hooks:
+                _hard_stop_hooks.remove(hook)
+
+
+def hard_stop(line: str) -> None:
+    """End the process now: the hooks, the streams flushed (bounded), `parity: error: LINE` on fd 2, exit 2.
+
+    For a backend that cannot be stopped in-process: it caught or masked every stop, or sits in native code.
+    `os._exit`, so no thread a backend holds and no handler it installed can keep the process alive."""
+    from parity_harness._cli.exit_codes import BAD_INPUT  # the code is the CLI's to choose (exit_codes.py)
+
+    with _hard_stop_lock:
+        hooks = list(_hard_stop_hooks)
+    for hook in hooks:
+        with contextlib.suppress(BaseException):
+            hook(line)
+    flusher = threading.Thread(target=_flush_streams, daemon=True)  # a backend may hold a stream's lock
+    flusher.start()
+    flusher.join(1.0)
+    with contextlib.suppress(OSError):
+        os.write(2, f"parity: error: {one_line(line)}\n".encode("utf-8", "backslashreplace"))
+    os._exit(BAD_INPUT)
+
+
+def _flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(BaseException):
+            stream.flush()  # type: ignore[union-attr]
+
+
+class _Watchdog:
+    """A thread, independent of signals, that ends the process GRACE_S after a deadline the call outlived.
+
+    In the grace it raises the stop again (SIGALRM to the main thread, every RERAISE_S) while parity's
+    handler is the one installed: a backend that swallowed one BackendTimeout meets the next, one that
+    cancelled the timer meets it anyway. One that catches every stop, or masks SIGALRM, or sits in native
+    code, is ended by `hard_stop`."""
+
+    def __init__(self, seconds: float, line: str, handler: Callable[[int, Any], None] | None) -> None:
+        self.seconds, self.line, self.handler = seconds, line, handler
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.main = threading.main_thread().ident
+        self.thread = threading.Thread(target=self._watch, name="parity-deadline", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        if self.done.wait(self.seconds):
+            return
+        end = time.monotonic() + GRACE_S
+        while time.monotonic() < end:
+            with self.lock:
+                if self.done.is_set():
+                    return
+                if self.handler is not None and self.main is not None \
+                        and signal.getsignal(signal.SIGALRM) is self.handler:
+                    with contextlib.suppress(Exception):
+                        signal.pthread_kill(self.main, signal.SIGALRM)
+            if self.done.wait(RERAISE_S):
+                return
+        with self.lock:
+            if self.done.is_set():
+                return
+        hard_stop(f"{self.line}; it did not stop within {GRACE_S:g} s of its deadline (it catches or masks the "
+                  "stop), so parity ended the process")
+
+    def stop(self) -> None:
+        with self.lock:  # after this, no SIGALRM is sent
+            self.done.set()
 
 
 @contextmanager
@@ -133,35 +244,113 @@ def deadline(name: str, what: str, work: int = 1) -> Iterator[None]:
     """A guard against a hung in-process backend: `work` x $PARITY_BACKEND_TIMEOUT seconds for this call.
 
     Unset (the default): no deadline. Set: a call that has not returned when it runs out ends the run with
-    one line naming the backend (BackendTimeout, made BackendMisbehaved by `call_backend`, exit 2). It is
-    a SIGALRM timer (`signal.setitimer`), so only on POSIX and in the main thread; elsewhere (Windows, a
-    worker thread) there is no deadline. The alarm interrupts Python code and interruptible waits (sleep,
-    a subprocess, a socket); a native call that never returns to Python is only stopped when it does.
-    A call made inside another's deadline runs under the outer one.
+    one line naming the backend (BackendTimeout, made BackendMisbehaved by `call_backend`, exit 2). In the
+    main thread on POSIX a SIGALRM timer (`signal.setitimer`) raises BackendTimeout in the call: it
+    interrupts Python code and interruptible waits (sleep, a subprocess, a socket). A watchdog thread
+    (`_Watchdog`) raises it again through GRACE_S seconds, then ends the process (`hard_stop`: one line, exit
+    2): a call that catches every exception, cancels or ignores SIGALRM, or sits in native code is stopped
+    too. In a worker thread (and on Windows) only the watchdog's hard stop applies. A call made inside
+    another's deadline runs under the outer one.
     """
-    global _armed
     from parity_harness._core.settings import seconds_from_env
 
-    seconds = seconds_from_env(TIMEOUT_VARIABLE, math.inf) * max(1, work)
-    if _armed or not math.isfinite(seconds) or not hasattr(signal, "setitimer") \
-            or threading.current_thread() is not threading.main_thread():
+    per_case = seconds_from_env(TIMEOUT_VARIABLE, math.inf)
+    seconds = min(per_case * max(1, work), _MAX_TIMER_S)
+    if getattr(_local, "armed", False) or not math.isfinite(per_case):
         yield
         return
+    line = (f"backend {name!r} did not return from {what} within {seconds:g} s ({TIMEOUT_VARIABLE}={per_case:g} s "
+            "per case): it hangs, or the deadline is too short for this machine")
 
     def _expired(signum: int, frame: Any) -> None:
-        raise BackendTimeout(f"backend {name!r} did not return from {what} within {seconds:g} s "
-                             f"({TIMEOUT_VARIABLE}={seconds_from_env(TIMEOUT_VARIABLE, math.inf):g} s per case): "
-                             "it hangs, or the deadline is too short for this machine")
+        raise BackendTimeout(line)
 
-    previous = signal.signal(signal.SIGALRM, _expired)
-    _armed = True
+    alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, _expired) if alarm else None
+    _local.armed = True
+    watchdog = _Watchdog(seconds, line, _expired if alarm else None)
     try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        _armed = False
+        watchdog.stop()
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        _local.armed = False
+
+
+class _StreamWatch:
+    """sys.stdout and sys.stderr before a backend call, checked after it (`end`): a stream the call closed, or
+    (when no other backend call or `quiet.silenced` overlapped it) an object left in its place, is put back
+    usable and named. fd 1 and 2 stay open when a backend closes Python's streams (closefd=False)."""
+
+    _lock = threading.Lock()
+    _in_flight = 0
+    _started = 0
+
+    def __init__(self) -> None:
+        cls = type(self)
+        with cls._lock:
+            self.solo = cls._in_flight == 0 and not _silencing()
+            cls._in_flight += 1
+            cls._started += 1
+            self.mark = cls._started
+        self.before = (sys.stdout, sys.stderr)
+
+    def end(self) -> str:
+        cls = type(self)
+        with cls._lock:
+            cls._in_flight -= 1
+            solo = self.solo and cls._started == self.mark and not _silencing()
+        problems = []
+        for attr, fd, before in (("stdout", 1, self.before[0]), ("stderr", 2, self.before[1])):
+            now = getattr(sys, attr)
+            if _unusable(now):
+                problems.append(f"closed sys.{attr}")
+            elif solo and now is not before:
+                problems.append(f"replaced sys.{attr}")
+            else:
+                continue
+            setattr(sys, attr, _usable(before, fd))
+        return " and ".join(problems)
+
+
+def _silencing() -> bool:
+    from parity_harness._backends import quiet
+
+    return quiet._depth > 0
+
+
+def _unusable(stream: object) -> bool:
+    """A stream that is closed, or no stream at all (None, an object without `write`); never raising."""
+    try:
+        return stream is None or not callable(getattr(stream, "write", None)) \
+            or getattr(stream, "closed", False) is True
+    except BaseException:
+        return True
+
+
+def _usable(before: object, fd: int) -> Any:
+    """`before` if it still works; a SafeStream whose stream was closed, over a new one; else a new text stream
+    on `fd` (the descriptor a closed sys.stdout/sys.stderr leaves open)."""
+    from parity_harness._core.sanitize import SafeStream
+
+    if not _unusable(before):
+        return before
+    if isinstance(before, SafeStream):
+        inner: Any = vars(before).get("_stream")
+        return SafeStream(inner if not _unusable(inner) else _fresh(fd, inner))
+    return _fresh(fd, before)
+
+
+def _fresh(fd: int, old: object) -> Any:
+    encoding = "utf-8"
+    with contextlib.suppress(BaseException):
+        found = getattr(old, "encoding", None)
+        encoding = found if isinstance(found, str) and found else encoding
+    return open(fd, "w", buffering=1, encoding=encoding, errors="backslashreplace", closefd=False)
 
 
 def reraise_if_interrupt(exc: BaseException) -> None:

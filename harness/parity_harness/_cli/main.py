@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple, NoReturn, TextIO, cast
 
 from parity_harness._backends.base import PRECISIONS, Precision
 from parity_harness._backends.boundary import GuardedBackend
-from parity_harness._backends.guard import describe_exception, one_line, sigint_handler
+from parity_harness._backends.guard import describe_exception, hard_stop_hook, one_line, sigint_handler
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._cli.exit_codes import AGREE, BAD_INPUT, DISAGREE, INTERRUPTED, for_verdict
 from parity_harness._core.errors import BackendMisbehaved, BackendUnavailable, ParityError
@@ -204,10 +204,19 @@ def _unusable_json_on_error(args: argparse.Namespace, command: str) -> Iterator[
     """Once the report paths are checked: an error (exit 2) or a Ctrl-C (130) leaves --json marked unusable.
 
     The marker replaces whatever an earlier run left at that path, so `parity merge` cannot take a stale
-    report for this run's (parity_harness/_views/console.py, docs/reports.md).
+    report for this run's (parity_harness/_views/console.py, docs/reports.md). A backend the deadline cannot
+    stop in-process ends the process (`guard.hard_stop`), which marks it first.
     """
+
+    def mark(line: str) -> None:
+        if args.json is not None:
+            from parity_harness._views.console import write_unusable_json
+
+            write_unusable_json(Path(args.json), command, line, BAD_INPUT, str(getattr(args, "fixture", "") or ""))
+
     try:
-        yield
+        with hard_stop_hook(mark):
+            yield
     except BaseException as exc:
         if args.json is not None:
             from parity_harness._views.console import write_unusable_json
@@ -780,11 +789,34 @@ def entry() -> NoReturn:
     modules; with torch and transformers loaded they took 1.0-1.7 s of a run's wall time on a 2-core machine,
     to free memory the OS takes back at exit anyway. Here the garbage is collected once (its finalizers run)
     and what survives is frozen; atexit handlers and the streams' flushes still run. Only at this entry point:
-    `main` is also called in-process (tests, a caller's script), where freezing would keep their garbage."""
+    `main` is also called in-process (tests, a caller's script), where freezing would keep their garbage.
+
+    The process ends with its verdict whatever threads a backend left running: Python's shutdown would wait
+    for every non-daemon thread first (a CI job hung after PASS). With such a thread alive, the streams are
+    flushed, the atexit handlers run (the browser and Node sessions close), a note names the threads on
+    stderr, and `os._exit(code)` ends the process without waiting for them."""
     code = main()
     gc.collect()
     gc.freeze()
-    sys.exit(code)
+    stray = [t for t in threading.enumerate()
+             if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not stray:
+        sys.exit(code)
+    import atexit
+
+    names = ", ".join(one_line(t.name, 60) for t in stray[:3]) + (", ..." if len(stray) > 3 else "")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        print(f"parity: note: {len(stray)} thread(s) a backend left running ({names}) not waited for",
+              file=sys.stderr, flush=True)
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _print_error(exc: ParityError, verbose: bool) -> None:

@@ -1,8 +1,10 @@
 """parity's numeric environment variables, each read by one rule; anything else is one line naming the
 variable (BackendFailed, exit 2).
 
-- seconds, a positive finite number (`seconds_from_env`): `PARITY_NODE_TIMEOUT` (the Node backends),
-  `PARITY_BROWSER_TIMEOUT` (the browser backends);
+- seconds, a positive number up to MAX_SECONDS (`seconds_from_env`): `PARITY_BACKEND_TIMEOUT` (the hang
+  guard, _backends/guard.py), `PARITY_NODE_TIMEOUT` (the Node backends), `PARITY_BROWSER_TIMEOUT` (the browser
+  backends). A larger value (`1e300`, `inf`) is refused like a negative one: the timers it feeds
+  (`signal.setitimer`, a subprocess's wait) overflow far below it, and "no deadline" is said by leaving it unset;
 - a count, a whole number in a range (`count_from_env`): `PARITY_TS_THREADS` (the typescript backend's
   threads at GPT-2 size, which Node reads again).
 """
@@ -14,9 +16,12 @@ import os
 
 from parity_harness._core.errors import BackendFailed
 
+MAX_SECONDS = 10_000_000.0  # ~116 days: a deadline, however generous, that every timer it feeds can hold
+
 
 def seconds_from_env(name: str, default: float) -> float:
-    """`$name` in seconds, `default` when unset or empty; BackendFailed unless a positive finite number."""
+    """`$name` in seconds, `default` when unset or empty; BackendFailed (one line naming the variable, exit 2)
+    unless a positive number of at most MAX_SECONDS."""
     raw = os.environ.get(name, "")
     if not raw:
         return default
@@ -26,6 +31,9 @@ def seconds_from_env(name: str, default: float) -> float:
         value = -1.0
     if not (value > 0 and math.isfinite(value)):
         raise BackendFailed(f"{name}={raw!r} must be a positive number of seconds")
+    if value > MAX_SECONDS:
+        raise BackendFailed(f"{name}={raw!r} is out of range: at most {MAX_SECONDS:.0f} seconds "
+                            "(leave it unset for the default)")
     return value
 
 
