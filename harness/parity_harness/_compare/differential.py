@@ -11,6 +11,10 @@ The rule (docs/diagnosis.md): at a tap where the float32 golden is the float64 t
 float32 (every cell of every case: the best float32 can do, as for the embeddings and positions), a
 backend is flagged when its error exceeds the golden's while its peer's is at or below it. Elsewhere
 every float32 result carries its own accumulated round-off, the golden's as well, and nothing is flagged.
+
+Only a tap both backends produce (for every case) is compared. `Differential.coverage` says how many of the
+fixture's taps that is and which were not compared and why, as `parity run`'s verdict says "taps compared":
+a partial comparison is never presented as a complete one, and none at all is NOTHING_COMPARED (exit 2).
 """
 
 from __future__ import annotations
@@ -52,11 +56,44 @@ class Differential:
         return [(b, row) for row in self.rows for b in row.flagged]
 
     @property
+    def compared(self) -> list[str]:
+        """The taps measured for both backends (every case): the only ones the view compares."""
+        return [row.tap for row in self.rows if row.between is not None]
+
+    @property
+    def not_compared(self) -> dict[str, list[str]]:
+        """Why each other tap was not compared -> those taps, in the fixture's order."""
+        why: dict[str, list[str]] = {}
+        for row in self.rows:
+            if row.between is None:
+                missing = [name for name in self.backends if row.units.get(name) is None]
+                reason = (f"{' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not produce them"
+                          if missing else "not produced by both for every case")
+                why.setdefault(reason, []).append(row.tap)
+        return why
+
+    @property
+    def coverage(self) -> str:
+        """'taps compared: 1/43 (logits); not compared: 42 taps, hook_embed .. ln_final.hook_normalized (B does
+        not produce them)': how much of the fixture the view compared, said on every verdict."""
+        compared, total = self.compared, len(self.rows)
+        text = f"taps compared: {len(compared)}/{total}"
+        if compared and len(compared) < total:
+            text += f" ({_taps_text(compared)})"
+        missing = [f"{_taps_text(taps)} ({reason})" for reason, taps in self.not_compared.items()]
+        return text + (f"; not compared: {'; '.join(missing)}" if missing else "")
+
+    @property
     def verdict(self) -> Verdict:
         """DISAGREE when a backend is flagged; NOTHING_COMPARED when no tap was measured for both."""
-        if not any(row.between is not None for row in self.rows):
+        if not self.compared:
             return Verdict.NOTHING_COMPARED
         return Verdict.of(not self.flags)
+
+
+def _taps_text(taps: list[str]) -> str:
+    """'logits', 'hook_embed, logits' or '42 taps, hook_embed .. ln_final.hook_normalized'."""
+    return ", ".join(taps) if len(taps) <= 3 else f"{len(taps)} taps, {taps[0]} .. {taps[-1]}"
 
 
 def rounded_once_taps(fixture: Fixture) -> set[str]:

@@ -4,7 +4,9 @@ Both run in one precision (fp32 by default) through the usual runner, with the e
 outputs kept (memory: both backends' taps of every case). The view is printed; the verdict is DISAGREE
 when the differential rule flags a backend (exit 1), AGREE when it flags none (exit 0). Bad input (the
 same backend twice, a backend that does not compute in the precision) is a ParityError (exit 2).
-The tiers are judged as in `parity run`; when they disagree too, one line says so.
+The tiers are judged as in `parity run`; when they disagree too, one line says so. The verdict line always
+says how many of the fixture's taps were compared and which were not (`Differential.coverage`): a view of
+the taps only one backend produces is not a comparison, and one with no tap in common is exit 2.
 """
 
 from __future__ import annotations
@@ -53,17 +55,21 @@ def print_diff(diff: Differential, notes: list[str], out: TextIO) -> Verdict:
     """
     for line in [*format_differential(diff), *notes]:
         print(line, file=out)
-    verdict = diff.verdict
+    verdict, coverage = diff.verdict, diff.coverage
+    partial = len(diff.compared) < len(diff.rows)
+    if verdict == Verdict.NOTHING_COMPARED:
+        print(f"ERROR: nothing was compared: no tap is produced by both backends ({coverage})", file=out)
+        return verdict
     if verdict == Verdict.AGREE and notes:
         print(f"NOTHING FLAGGED between {diff.backends[0]} and {diff.backends[1]}, but {len(notes)} tier(s) break "
-              "the fixture's tolerance (the notes above): DISAGREE", file=out)
+              f"the fixture's tolerance (the notes above): DISAGREE ({coverage})", file=out)
         return Verdict.DISAGREE
-    if verdict == Verdict.NOTHING_COMPARED:
-        print("ERROR: nothing was compared: no tap is produced by both backends", file=out)
-    elif diff.flags:
+    if diff.flags:
         print(f"FLAGGED: {len(diff.flags)} tap(s) where a backend is worse than float32 rounding and its peer "
-              "is not", file=out)
+              f"is not ({coverage})", file=out)
     else:
-        print(f"NOTHING FLAGGED: neither {diff.backends[0]} nor {diff.backends[1]} exceeds the float32 golden's "
-              "own rounding where the other stays within it", file=out)
+        where = (f"on the {len(diff.compared)} of {len(diff.rows)} taps both produce (only those were compared)"
+                 if partial else "on every tap")
+        print(f"NOTHING FLAGGED {where}: neither {diff.backends[0]} nor {diff.backends[1]} exceeds the float32 "
+              f"golden's own rounding where the other stays within it ({coverage})", file=out)
     return verdict
