@@ -4,7 +4,8 @@ Each CI job (one per backend group, per platform) runs `parity run --backends ..
 on the same fixture; one job then merges the files. The merged report holds every input's
 results, tap summaries, first divergences, runs, budget rows and decoding checks, so its verdict and counts are
 those of one run of every backend. Refused (exit 2, one line naming the file): a file that is not
-a parity report, a schema version this parity does not read, the marker of a run that ended in an
+a parity report, a schema version this parity does not read (strictly the integer: not `true`, not 1.0), a
+report whose `command` is not `run` or `compare` (absent: theirs), the marker of a run that ended in an
 error (`"usable": false`), a report with a run a backend crashed in (status "crashed"), a report
 that disagrees with its own rows (parity_harness/_run/report_check.py),
 reports without a fixture id or of different fixtures or tolerances, reports whose results cover
@@ -154,6 +155,10 @@ def _list(doc: dict[str, Any], key: str, path: Path) -> list[Any]:
     return value
 
 
+# The commands whose report holds a run's rows, which merge takes (a usable report of any other command is refused).
+MERGED_COMMANDS = ("run", "compare")
+
+
 def read_report(path: Path) -> dict[str, Any]:
     """A parity JSON report, checked for its schema and version."""
     try:  # a regular file under its cap (_core/input_files.py), then strict JSON: no NaN, Infinity or repeated key
@@ -166,8 +171,9 @@ def read_report(path: Path) -> dict[str, Any]:
         raise MergeError(f"{path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != "parity-report":
         raise MergeError(f"{path}: not a parity report (no \"schema\": \"parity-report\")")
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise MergeError(f"{path}: report schema version {doc.get('schema_version')!r}, "
+    version = doc.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:  # strictly: true == 1 and 1.0 == 1 in Python
+        raise MergeError(f"{path}: report schema version {one_line(repr(version))[:80]}, "
                          f"this parity merges version {SCHEMA_VERSION}")
     usable = doc.get("usable", True)  # absent: written before the marker existed (still checked against its rows)
     if usable is False:
@@ -176,6 +182,10 @@ def read_report(path: Path) -> dict[str, Any]:
                          f"error (exit_code {doc.get('exit_code')!r}: {error}); not merged")
     if usable is not True:
         raise MergeError(f"{path}: malformed report: 'usable' is {usable!r}, expected true or false")
+    command = doc.get("command", "run")  # absent in what run, compare and merge write; only a marker names it
+    if type(command) is not str or command not in MERGED_COMMANDS:
+        raise MergeError(f"{path}: a report of `parity {one_line(str(command))[:80]}`, not of "
+                         f"{' or '.join(f'`parity {c}`' for c in MERGED_COMMANDS)}: not merged")
     runs = doc.get("runs")
     crashed = [r for r in runs if isinstance(r, dict) and r.get("status") == RunStatus.CRASHED] \
         if isinstance(runs, list) else []
