@@ -74,6 +74,13 @@ class Fp64Only(NumpyBackend):
     precisions = ("fp64",)  # type: ignore[assignment]  # NumpyBackend declares both
 
 
+class Declines(NumpyBackend):
+    name = "declines"
+
+    def declines(self, fixture: Fixture) -> str | None:
+        return "declines every fixture (a test backend)"
+
+
 class NeedsAMissingModule(NumpyBackend):
     name = "needs-missing"
     requires = ("no_such_module_for_parity_api",)
@@ -130,11 +137,11 @@ def test_api_run_checks_decoding_unless_told_not_to(toy: Fixture) -> None:
 
 @pytest.mark.parametrize(("backends", "precisions", "needle"), [
     ("no-such-backend", "all", "unknown backend 'no-such-backend'"),
-    (["numpy", "numpy"], "all", "'numpy' given more than once"),
+    (["numpy", "numpy"], "all", "'numpy' more than once"),
     ([], "all", "give at least one backend"),
     (NumpyBackend, "all", "pass an instance (NumpyBackend()), not the class"),
     (42, "all", "backend int: expected a registered name or a Backend instance"),
-    ("numpy", "fp8", "precision 'fp8': expected fp32, fp64, fp16, bf16 or all"),
+    ("numpy", "fp8", "unknown precision 'fp8': expected fp32, fp64, fp16, bf16, all"),
     ("numpy", [], "give at least one of fp32, fp64, fp16, bf16 or all"),
 ], ids=["api-unknown-name", "api-twice", "api-none", "api-a-class", "api-not-a-backend", "api-bad-precision",
         "api-no-precision"])
@@ -188,12 +195,14 @@ def test_truth_a_report_is_truthy_exactly_when_it_passes(toy: Fixture) -> None:
         "pass": api.run("numpy", toy, "fp64"),
         "forward-fail": api.run(LiesAt(), toy, "fp64", decoding=False),
         "decoding-fail": api.run(DecodesWrong(), toy, "fp64"),
-        "nothing-compared": api.run(Fp64Only(), toy, "fp32"),
+        "nothing-compared": api.run(Declines(), toy, "fp32"),
+        "named-compared-nothing": api.run(["numpy", Declines()], toy, "fp64"),
         "empty": Report("nowhere"),
     }
     verdicts = {name: r.verdict for name, r in reports.items()}
     assert verdicts == {"pass": Verdict.AGREE, "forward-fail": Verdict.DISAGREE, "decoding-fail": Verdict.DISAGREE,
-                        "nothing-compared": Verdict.NOTHING_COMPARED, "empty": Verdict.NOTHING_COMPARED}
+                        "nothing-compared": Verdict.NOTHING_COMPARED,
+                        "named-compared-nothing": Verdict.NOTHING_COMPARED, "empty": Verdict.NOTHING_COMPARED}
     for name, report in reports.items():
         assert bool(report) is report.passed is (report.verdict == Verdict.AGREE), name
 
@@ -247,9 +256,9 @@ def test_assert_a_decoding_only_failure_names_the_step_and_tap(toy: Fixture) -> 
 
 def test_assert_nothing_compared_is_an_assertion_too(toy: Fixture) -> None:
     with pytest.raises(api.ParityAssertionError) as caught:
-        api.assert_agrees(Fp64Only(), toy, "fp32")
+        api.assert_agrees(Declines(), toy, "fp32")
     lines = str(caught.value).splitlines()
-    assert lines[0] == "nothing was compared: fp64-only fp32: computes in fp64 only"
+    assert lines[0] == "nothing was compared: declines fp32: declines every fixture (a test backend)"
     assert lines[-1].startswith("ERROR: nothing was compared")
     assert caught.value.report.verdict == Verdict.NOTHING_COMPARED
 

@@ -116,12 +116,17 @@ def test_out_of_range_token_through_the_cli_is_exit_2(monkeypatch: pytest.Monkey
                   "openvino": EntryPoint("openvino", ENTRY_POINT, parity_harness._backends.registry.GROUP)}
     monkeypatch.setattr(parity_harness._backends.registry, "backend_entry_points", lambda: registered)
     monkeypatch.setattr(parity_harness._cli.main, "backend_entry_points", lambda: registered)
-    def load_then_corrupt(root: str | Path, **kwargs: Any) -> Fixture:
-        fixture = load_fixture(root, **kwargs)  # what parity_harness._cli.main imported
-        fixture.cases = with_bad_token(fixture, fixture.config.vocab_size).cases
-        return fixture
+    copy_for_backend = Fixture.for_backend
 
-    monkeypatch.setattr("parity_harness._cli.main.load_fixture", load_then_corrupt)
+    def handed_a_bad_token(fixture: Fixture) -> Fixture:
+        """What the backend is handed gains the token after loading (the judge's own fixture is read-only)."""
+        bad = copy_for_backend(fixture)
+        first = bad.cases[0]
+        bad.cases = [Case(first.name, (first.tokens[0], bad.config.vocab_size, *first.tokens[2:]), first.kind),
+                     *bad.cases[1:]]
+        return bad
+
+    monkeypatch.setattr(Fixture, "for_backend", handed_a_bad_token)
     code = parity_harness._cli.main.main(["run", "--fixture", str(TOY), "--backends", "openvino", "-q"])
     err = capsys.readouterr().err.strip()
     assert code == 2, err

@@ -68,7 +68,7 @@ def test_every_builtin_backend_is_registered_and_listed_here() -> None:
 
 
 def test_the_default_selection_leaves_out_exactly_the_backends_run_only_when_named() -> None:
-    from parity_harness._cli.main import select_backends
+    from parity_harness._run.request import select_backends
 
     selection = select_backends(None)
     assert set(selection.named_only) == NAMED_ONLY

@@ -20,16 +20,25 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from parity_harness._backends.base import PRECISIONS, Backend, Precision
-from parity_harness._backends.boundary import GuardedBackend, guarded
+from parity_harness._backends.base import Backend
+from parity_harness._backends.boundary import GuardedBackend
+from parity_harness._backends.guard import describe_exception, reraise_if_interrupt
 from parity_harness._compare.report import Report
-from parity_harness._core.errors import BackendUnavailable, ParityError
-from parity_harness._core.precision import DEFAULT_PRECISIONS
-from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
+from parity_harness._core.errors import ParityError
+from parity_harness._fixture.fixture import Fixture
+from parity_harness._run.request import (
+    RunPlan,
+    check_flag,
+    execute,
+    fixture_from,
+    guarded_callback,
+    plan_run,
+)
 
 if TYPE_CHECKING:
     from parity_harness._compare.judge import FirstDivergence
@@ -65,79 +74,59 @@ class ParityAssertionError(AssertionError):
         self.report = report
 
 
+# -- the gate ----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _gate() -> Iterator[None]:
+    """What leaves the API: a ParityError (bad input, a crashed backend), a ParityAssertionError, or a genuine
+    Ctrl-C. Anything else (a TypeError from a wrong argument, a SystemExit from a caller's callback, a bug in
+    parity) is one `ParityError` naming it, as the CLI prints it: nothing escapes as something else."""
+    try:
+        yield
+    except (ParityError, ParityAssertionError):
+        raise
+    except KeyboardInterrupt as exc:
+        reraise_if_interrupt(exc)
+        raise ParityError(f"internal error: {describe_exception(exc)}") from None
+    except BaseException as exc:
+        raise ParityError(f"internal error: {describe_exception(exc)}") from exc
+
+
 # -- loading ---------------------------------------------------------------------------------------
 
 
 def load(path: str | os.PathLike[str] | None = None, *, allow_loose_tolerances: bool = False) -> Fixture:
     """Read and validate a fixture directory (None: the toy fixture parity ships), goldens and weights
     included, before any backend runs; `FixtureError` (a `ParityError`) naming the file on any problem."""
-    fixture = load_fixture(Path(path) if path is not None else default_fixture_dir(),
-                           allow_loose_tolerances=allow_loose_tolerances)
-    fixture.check_before_running()
-    return fixture
-
-
-def _fixture(fixture: FixtureLike) -> Fixture:
-    if isinstance(fixture, Fixture):
-        fixture.check_before_running()  # idempotent: a fixture loaded by `load` is not read again
-        return fixture
-    if fixture is None or isinstance(fixture, (str, os.PathLike)):
-        return load(fixture)
-    raise ParityError(f"fixture {type(fixture).__name__}: expected a Fixture, a directory or None (the toy)")
+    with _gate():
+        if isinstance(path, Fixture):
+            raise ParityError("load: give a directory (or None for the toy), not a Fixture")
+        return fixture_from(path, check_flag("allow_loose_tolerances", allow_loose_tolerances))
 
 
 # -- running ---------------------------------------------------------------------------------------
 
 
-def _precisions(precisions: PrecisionLike) -> list[Precision]:
-    asked = [precisions] if isinstance(precisions, str) else list(precisions)
-    if not asked:
-        raise ParityError("precisions: give at least one of fp32, fp64, fp16, bf16 or all")
-    wanted: list[Precision] = []
-    for p in asked:
-        if p == "all":  # fp32 and fp64: the reduced precisions only when named
-            wanted += DEFAULT_PRECISIONS
-        elif p in PRECISIONS:
-            wanted.append(p)
-        else:
-            raise ParityError(f"precision {p!r}: expected fp32, fp64, fp16, bf16 or all")
-    return list(dict.fromkeys(wanted))
-
-
-def _backend(spec: object) -> GuardedBackend:
-    """A backend behind the boundary: a registered name loaded, an instance wrapped; its dependencies present."""
-    if isinstance(spec, str):
-        from parity_harness._backends.registry import load_backend
-
-        backend = load_backend(spec)
-    elif isinstance(spec, (Backend, GuardedBackend)):
-        backend = guarded(spec)
-    elif isinstance(spec, type) and issubclass(spec, Backend):
-        raise ParityError(f"backend {spec.__name__}: pass an instance ({spec.__name__}()), not the class")
-    else:
-        raise ParityError(f"backend {type(spec).__name__}: expected a registered name or a Backend instance")
-    why = backend.unavailable()
-    if why:
-        raise BackendUnavailable(why)
-    return backend
-
-
-def _backends(backends: BackendLike | Sequence[BackendLike]) -> list[GuardedBackend]:
-    many = isinstance(backends, Sequence) and not isinstance(backends, str)
-    specs: list[object] = list(backends) if many else [backends]  # type: ignore[arg-type]
-    if not specs:
-        raise ParityError("backends: give at least one backend (a registered name or a Backend instance)")
-    chosen = [_backend(s) for s in specs]
-    names = [b.name for b in chosen]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ParityError(f"backends: {', '.join(map(repr, repeated))} given more than once "
-                          "(each backend runs once; its checks would be counted twice)")
-    return chosen
+def plan(
+    backends: BackendLike | Sequence[BackendLike] | None,
+    fixture: FixtureLike = None,
+    precisions: PrecisionLike = "all",
+    *,
+    no_skip: bool = False,
+    allow_loose_tolerances: bool = False,
+    save_outputs: str | os.PathLike[str] | None = None,
+) -> RunPlan:
+    """Check a run request without running anything: the `RunPlan` (fixture, backends, precisions, what the
+    default selection skipped), or the `ParityError` that refuses it, the same one `run` raises.
+    `backends=None`: every registered backend that runs by default (`parity run` without --backends)."""
+    with _gate():
+        return plan_run(backends, fixture, precisions, no_skip=no_skip, allow_loose_tolerances=allow_loose_tolerances,
+                        save_outputs=os.fspath(save_outputs) if isinstance(save_outputs, os.PathLike) else save_outputs)
 
 
 def run(
-    backends: BackendLike | Sequence[BackendLike],
+    backends: BackendLike | Sequence[BackendLike] | None,
     fixture: FixtureLike = None,
     precisions: PrecisionLike = "all",
     *,
@@ -147,29 +136,41 @@ def run(
     progress: Callable[[str], None] | None = None,
     keep_on_crash: bool = False,
     jobs: int | None = None,
+    no_skip: bool = False,
+    allow_loose_tolerances: bool = False,
+    save_outputs: str | os.PathLike[str] | None = None,
+    on_plan: Callable[[RunPlan], None] | None = None,
 ) -> Report:
-    """Run each backend (a registered name or an instance) in each requested precision it computes in,
-    through the boundary, and compare every tap; then, unless `decoding` is False, check incremental
-    decoding where the backend and the fixture support it.
+    """Run each backend (a registered name or an instance; None: every registered backend that runs by default)
+    in each requested precision it computes in, through the boundary, and compare every tap; then, unless
+    `decoding` is False, check incremental decoding where the backend and the fixture support it.
 
-    Returns the Report: truthy exactly when it passes (`report.passed`); falsy on a disagreement and
-    when nothing was compared. `budget`: also measure the error budget (the JSON report's `budget`);
-    `keep_outputs`: keep every output in `report.outputs`; `progress`: called with one line as each backend
-    and precision starts (the CLI prints them); `keep_on_crash`: a backend that crashes ends the run with
-    the report so far (`report.crash` holds the error, the report does not pass) instead of raising; `jobs`:
-    how many backends may run at once (default one; a backend runs beside another
-    only if it declares `concurrent = True`, docs/architecture.md), the report the same whatever it is. Raises
-    `ParityError` for bad input (an
-    unknown backend or precision, a broken fixture, missing dependencies) and `BackendFailed` (also a
-    `ParityError`) for a backend that crashed or returned something malformed.
+    Every rule that refuses a request or decides a verdict is applied below this call
+    (parity_harness/_run/request.py), the same for `parity run` and the pytest plugin: a backend asked for by
+    name that computes in none of `precisions` is refused, and one that compared nothing makes the verdict
+    NOTHING_COMPARED.
+
+    Returns the Report: truthy exactly when it passes (`report.passed`, `report.verdict` AGREE); falsy on a
+    disagreement and when nothing was compared. `budget`: also measure the error budget (the JSON report's
+    `budget`); `keep_outputs`: keep every output in `report.outputs`; `progress`: called with one line as each
+    backend and precision starts (the CLI prints them); `keep_on_crash`: a backend that crashes ends the run
+    with the report so far (`report.crash` holds the error, the report does not pass) instead of raising; `jobs`:
+    how many backends may run at once (default one; a backend runs beside another only if it declares
+    `concurrent = True`, docs/architecture.md), the report the same whatever it is; `no_skip`: with
+    `backends=None`, a registered backend whose dependencies are missing is an error, not skipped;
+    `allow_loose_tolerances`: for a fixture given as a directory; `save_outputs`: a directory to write each
+    run's dump to (docs/dump-format.md), checked before any backend runs; `on_plan`: called with the checked
+    `RunPlan` before any backend runs (the CLI prints its first lines). Raises `ParityError` for bad input (an
+    unknown backend or precision, a broken fixture, missing dependencies, an option of the wrong type) and
+    `BackendFailed` (also a `ParityError`) for a backend that crashed or returned something malformed.
     """
-    fx = _fixture(fixture)
-    chosen = _backends(backends)
-    wanted = _precisions(precisions)
-    from parity_harness._run.runner import run_parity
-
-    return run_parity(fx, chosen, wanted, progress=progress, keep_outputs=keep_outputs, decoding=decoding,
-                      budget=budget, keep_on_crash=keep_on_crash, jobs=jobs)
+    with _gate():
+        checked = plan(backends, fixture, precisions, no_skip=no_skip, allow_loose_tolerances=allow_loose_tolerances,
+                       save_outputs=save_outputs)
+        if on_plan is not None:
+            guarded_callback("on_plan", on_plan)(checked)
+        return execute(checked, progress=progress, keep_outputs=keep_outputs, decoding=decoding, budget=budget,
+                       keep_on_crash=keep_on_crash, jobs=jobs)
 
 
 def compare_dumps(
@@ -182,10 +183,19 @@ def compare_dumps(
     passes. Raises `ParityError` for an unreadable or malformed dump, or one made for another fixture."""
     from parity_harness._run.dump import compare_dumps as judge_dumps
 
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    with _gate():
+        items = _paths(paths, "dump file")
+        return judge_dumps(fixture_from(fixture), items, budget=check_flag("budget", budget))
+
+
+def _paths(paths: object, what: str) -> list[Path]:
+    """One path or a sequence of them (str or os.PathLike), at least one."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths) if isinstance(paths, Sequence) else None
+    if items is None or not all(isinstance(p, (str, os.PathLike)) for p in items):
+        raise ParityError(f"paths: expected a path or a list of paths (each a {what})")
     if not items:
-        raise ParityError("paths: give at least one dump file")
-    return judge_dumps(_fixture(fixture), [Path(p) for p in items], budget=budget)
+        raise ParityError(f"paths: give at least one {what}")
+    return [Path(p) for p in items]
 
 
 def merge(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Report:
@@ -193,10 +203,8 @@ def merge(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> R
     its own rows first (docs/reports.md); `ParityError` naming the file for one that cannot be merged."""
     from parity_harness._run.merge import merge_reports
 
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    if not items:
-        raise ParityError("paths: give at least one JSON report")
-    return merge_reports([Path(p) for p in items])
+    with _gate():
+        return merge_reports(_paths(paths, "JSON report"))
 
 
 # -- rendering -------------------------------------------------------------------------------------
@@ -209,6 +217,18 @@ def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | 
     documented schema, parity_harness/_views/console.py), "junit" (XML) or "markdown". With `path`, also written
     there as `parity run` writes its reports (never inside the report's fixture directory; a temporary
     file in the same directory, then renamed over `path`); returns the text."""
+    with _gate():
+        if not isinstance(report, Report):
+            raise ParityError(f"render: expected a Report, got a {type(report).__name__}")
+        text = _render(report, fmt, check_flag("verbose", verbose))
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)):
+                raise ParityError(f"render: path: expected a path, got a {type(path).__name__}")
+            _write(report, os.fspath(path), text, fmt)
+        return text
+
+
+def _render(report: Report, fmt: object, verbose: bool) -> str:
     if fmt == "text":
         from parity_harness._views.console import print_report
 
@@ -231,9 +251,7 @@ def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | 
 
         text = markdown_summary(report)
     else:
-        raise ParityError(f"fmt {fmt!r}: expected one of {', '.join(FORMATS)}")
-    if path is not None:
-        _write(report, os.fspath(path), text, fmt)
+        raise ParityError(f"fmt {str(fmt)[:40]!r}: expected one of {', '.join(FORMATS)}")
     return text
 
 
@@ -289,7 +307,9 @@ def failure_message(report: Report) -> str:
     if report.n_passed + report.n_failed == 0:
         why = [f"{r.backend} {r.precision}: {r.message}" for r in report.runs if r.message]
         lines.append("nothing was compared" + (f": {'; '.join(why)}" if why else ""))
-    elif report.divergences:
+    elif report.named_uncompared():
+        lines.append(report.nothing_compared_reason())
+    if report.n_passed + report.n_failed and report.divergences:
         order = {tap: i for i, tap in enumerate(dict.fromkeys(s.tap for s in report.summaries))}
         ranked = sorted(report.divergences, key=lambda d: order.get(d.tap, len(order)))
         lines.append(_headline(ranked[0]))

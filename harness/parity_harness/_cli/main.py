@@ -19,53 +19,22 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, NoReturn, TextIO, cast
+from typing import TYPE_CHECKING, NoReturn, TextIO, cast
 
-from parity_harness._backends.base import PRECISIONS, Precision
-from parity_harness._backends.boundary import GuardedBackend
+from parity_harness._backends.base import Precision
 from parity_harness._backends.guard import describe_exception, hard_stop_hook, one_line, sigint_handler
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._cli.exit_codes import AGREE, BAD_INPUT, DISAGREE, INTERRUPTED, for_verdict
-from parity_harness._core.errors import BackendMisbehaved, BackendUnavailable, ParityError
-from parity_harness._core.precision import DEFAULT_PRECISIONS
+from parity_harness._core.errors import BackendMisbehaved, ParityError, is_own_error
 from parity_harness._core.resources import stress_fixture_dir
 from parity_harness._core.sanitize import safe_streams, safe_text
-from parity_harness._core.status import RunStatus, Verdict
+from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import default_fixture_dir, load_fixture
+from parity_harness._run.request import RunPlan, fixture_from, parse_names, precisions_from, select_backends
 
 if TYPE_CHECKING:
     from parity_harness._compare.report import Report
     from parity_harness._fixture.fixture import Fixture
-
-
-def _parse_backends(text: str | None, option: str = "--backends", what: str = "backend") -> list[str] | None:
-    if text is None:
-        return None
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise ParityError(f"{option} needs at least one {what} name")
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ParityError(f"{option} names {', '.join(map(repr, repeated))} more than once "
-                          f"(each {what} runs once; its checks would be counted twice)")
-    return names
-
-
-def _precisions(text: str) -> list[Precision]:
-    """`all` (fp32, fp64: the reduced precisions only when named), one precision, or a comma-separated list."""
-    wanted: list[Precision] = []
-    for p in (n.strip() for n in text.split(",")):
-        wanted += list(DEFAULT_PRECISIONS) if p == "all" else [cast(Precision, p)]
-    return list(dict.fromkeys(wanted))
-
-
-def _precision_list(text: str) -> str:
-    """argparse type of `run --precision`: every name known, else its one-line error (exit 2)."""
-    unknown = [p for p in (n.strip() for n in text.split(",")) if p != "all" and p not in PRECISIONS]
-    if unknown or not text.strip():
-        raise argparse.ArgumentTypeError(f"unknown precision {unknown[0] if unknown else text!r}: expected "
-                                         f"{', '.join(PRECISIONS)}, all (fp32,fp64) or a comma-separated list")
-    return text
 
 
 def _jobs(text: str) -> int:
@@ -75,118 +44,47 @@ def _jobs(text: str) -> int:
     return int(text)
 
 
-class Selection(NamedTuple):
-    """The backends a command runs, and what the default selection left out (one line each)."""
-
-    chosen: list[GuardedBackend]
-    skipped: list[str]  # registered, dependencies missing (an error under --no-skip)
-    named_only: list[str]  # registered with `by_default = False`: run only when named
-
-
-def select_backends(names: list[str] | None) -> Selection:
-    """Backends to run, one line per registered backend skipped for missing dependencies, and the names of
-    those that run only when named.
-
-    Asked for by name, a backend with missing dependencies is an error (exit 2) with the
-    install hint; by default (every registered backend whose `by_default` is True) it is skipped and reported.
-    """
-    chosen: list[GuardedBackend] = []
-    skipped: list[str] = []
-    named_only: list[str] = []
-    # By default the reference runs first, then the others by name.
-    default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
-    for name in names if names is not None else default:
-        backend = load_backend(name)
-        if names is None and not backend.by_default:
-            named_only.append(name)
-            continue
-        why = backend.unavailable()
-        if why:
-            if names is not None:
-                raise BackendUnavailable(why)
-            skipped.append(why)
-            continue
-        chosen.append(backend)
-    return Selection(chosen, skipped, named_only)
-
-
-def _nothing_to_compare(backends: list[GuardedBackend], precisions: list[Precision], named: bool = False
-                        ) -> str | None:
-    """Why no backend computes in any requested precision, or None when something will be compared.
-
-    `named`: the backends were named (`--backends`): then each must compute in a requested precision, or the
-    verdict line would say "every backend agrees" of a backend that was never compared.
-    """
-    idle = [b for b in backends if not any(p in b.precisions for p in precisions)]
-    if named and idle and len(idle) < len(backends):
-        detail = "; ".join(f"{b.name} computes in {', '.join(b.precisions)} only" for b in idle)
-        return (f"nothing to compare for a backend named in --backends: {detail}, and --precision "
-                f"{', '.join(precisions)} was asked (drop it, or ask for its precision)")
-    if not backends or len(idle) < len(backends):
-        return None
-    detail = "; ".join(f"{b.name} computes in {', '.join(b.precisions)} only" for b in backends)
-    return f"nothing to compare: {detail}, and --precision {', '.join(precisions)} was asked"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    names = _parse_backends(args.backends)
     _check_report_paths(args, input_dirs={args.fixture: "the fixture directory"}, dump_dir=args.save_outputs)
     with _unusable_json_on_error(args, "run"):
-        return _run(args, names)
+        return _run(args)
 
 
-def _run(args: argparse.Namespace, names: list[str] | None) -> int:
+def _run(args: argparse.Namespace) -> int:
+    """Parsing, one API call (every rule is below it: parity_harness/_run/request.py) and rendering."""
     from parity_harness import api
     from parity_harness._views.console import print_report, write_json
 
-    fixture = load_fixture(args.fixture, allow_loose_tolerances=args.allow_loose_tolerances)
-    if args.plot is not None:
-        from parity_harness._views.plots import check_plot_path, require_matplotlib
+    plans: list[RunPlan] = []
 
-        check_plot_path(Path(args.plot))
-        require_matplotlib()  # before spending time on backends
-    backends, skipped, named_only = select_backends(names)
-    if not backends:
-        raise BackendUnavailable(f"no backend can run: {skipped[0] if skipped else 'none is registered'}")
-    nothing = _nothing_to_compare(backends, _precisions(args.precision), named=names is not None)
-    if nothing:
-        raise ParityError(nothing)
-    fixture.check_before_running()  # before spending time on backends
-    if args.save_outputs is not None:
-        from parity_harness._run.dump import check_dump_names, check_writable, dump_name
+    def on_plan(plan: RunPlan) -> None:
+        plans.append(plan)
+        _print_plan(plan)
 
-        # before spending time on backends: two backends whose dumps would overwrite each other, an unwritable DIR
-        runs: list[tuple[str, str]] = [(b.name, p) for b in backends for p in _precisions(args.precision)
-                                       if p in b.precisions]
-        check_dump_names(runs)
-        check_writable(Path(args.save_outputs), [dump_name(b, p) for b, p in runs])
-    print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
-          f"backends: {', '.join(b.name for b in backends) or 'none'}")
-    if named_only:
-        print(f"parity: run only when named (--backends): {', '.join(named_only)}")
-    for line in skipped:
-        print(f"parity: skipped: {line}")
-    if skipped and args.no_skip:
-        raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
-    report = api.run(backends, fixture, _precisions(args.precision),
-                     progress=None if args.quiet else _progress_to(sys.stderr), keep_outputs=bool(args.save_outputs),
+    report = api.run(parse_names(args.backends), args.fixture, args.precision, no_skip=args.no_skip,
+                     allow_loose_tolerances=args.allow_loose_tolerances, save_outputs=args.save_outputs,
+                     progress=None if args.quiet else _progress_to(sys.stderr),
+                     on_plan=on_plan,
                      budget=args.budget or args.json is not None, keep_on_crash=True, jobs=args.jobs)
-    report.skipped = skipped
-    if report.crash is not None and not any(r.status == RunStatus.RAN for r in report.runs):
-        raise report.crash  # no backend ran before it: the one line, and --json's unusable marker
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
-    _write_extra_reports(args, report, fixture)
-    if report.crash is None:
-        _refuse_nothing_compared(report)
-    if args.save_outputs and report.crash is None:
-        from parity_harness._run.dump import save_outputs
-
-        save_outputs(report, fixture, Path(args.save_outputs))
+    _write_extra_reports(args, report, plans[0].fixture)
+    _refuse_nothing_compared(report)
     if args.json is not None:  # last: a run that fails before here (exit 2) leaves the unusable marker instead
         write_json(report, Path(args.json))  # a crash: the runs before it, "passed": false, exit_code 2
     if report.crash is not None:
         _print_error(report.crash, args.verbose)
     return for_verdict(report.verdict)
+
+
+def _print_plan(plan: RunPlan) -> None:
+    """The first lines of `parity run`: the fixture, the backends, what the default selection left out."""
+    fixture = plan.fixture
+    print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
+          f"backends: {', '.join(b.name for b in plan.backends) or 'none'}")
+    if plan.named_only:
+        print(f"parity: run only when named (--backends): {', '.join(plan.named_only)}")
+    for line in plan.skipped:
+        print(f"parity: skipped: {line}")
 
 
 def _check_report_paths(args: argparse.Namespace, inputs: dict[str | Path, str] | None = None,
@@ -197,6 +95,16 @@ def _check_report_paths(args: argparse.Namespace, inputs: dict[str | Path, str] 
 
     check_output_paths({"--json": args.json, "--junit": args.junit, "--markdown": args.markdown,
                         "--plot": getattr(args, "plot", None)}, inputs, input_dirs, dump_dir)
+    _check_plot(getattr(args, "plot", None))
+
+
+def _check_plot(plot: str | None) -> None:
+    """A picture type parity cannot draw, or no matplotlib: refused before any backend runs."""
+    if plot is not None:
+        from parity_harness._views.plots import check_plot_path, require_matplotlib
+
+        check_plot_path(Path(plot))
+        require_matplotlib()
 
 
 @contextmanager
@@ -231,8 +139,9 @@ def _unusable_json_on_error(args: argparse.Namespace, command: str) -> Iterator[
 
 
 def _refuse_nothing_compared(report: Report) -> None:
+    """The verdict NOTHING_COMPARED (decided by the Report) printed as the one error line, exit 2."""
     if report.verdict == Verdict.NOTHING_COMPARED:
-        raise ParityError("nothing was compared: every tap of every backend run was 'not supported'")
+        raise ParityError(report.nothing_compared_reason())
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -247,13 +156,7 @@ def _compare(args: argparse.Namespace) -> int:
     from parity_harness import api
     from parity_harness._views.console import print_report, write_json
 
-    fixture = load_fixture(args.fixture)
-    if args.plot is not None:
-        from parity_harness._views.plots import check_plot_path, require_matplotlib
-
-        check_plot_path(Path(args.plot))
-        require_matplotlib()
-    fixture.check_before_running()
+    fixture = api.load(args.fixture)
     report = api.compare_dumps([Path(p) for p in args.dumps], fixture, budget=args.budget or args.json is not None)
     dumps = ", ".join(f"{run.backend} {run.precision}" for run in report.runs)
     print(f"parity: fixture {_display(fixture.root)} ({len(fixture.cases)} cases, {len(fixture.tap_names)} taps); "
@@ -300,7 +203,7 @@ def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixt
     if args.markdown is not None:
         from parity_harness._views.markdown import write_markdown
 
-        write_markdown(report, Path(args.markdown))
+        write_markdown(report, Path(args.markdown), args.step_summary)
     if fixture is not None and args.plot is not None:
         from parity_harness._views.plots import plot_error_ladder
 
@@ -312,13 +215,9 @@ def cmd_lens(args: argparse.Namespace) -> int:
     from parity_harness._tools.lens import run_lens
 
     check_output_paths({"--plot": args.plot}, input_dirs={args.fixture: "the fixture directory"})
-    if args.plot is not None:  # a picture type parity cannot draw, or no matplotlib: before any backend runs
-        from parity_harness._views.plots import check_plot_path, require_matplotlib
-
-        check_plot_path(Path(args.plot))
-        require_matplotlib()
+    _check_plot(args.plot)
     fixture = load_fixture(args.fixture)
-    names = _parse_backends(args.backends)
+    names = parse_names(args.backends)
     backends, skipped, _ = select_backends(names)
     for line in skipped:
         print(f"parity: skipped: {line}", file=sys.stderr)
@@ -330,16 +229,15 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     from parity_harness._tools.attribute import run_attribute
 
     fixture = load_fixture(args.fixture)
-    backends, _, _ = select_backends(_parse_backends(args.backend))
+    backends, _, _ = select_backends(parse_names(args.backend, "--backend"))
     return for_verdict(run_attribute(fixture, backends[0], cast(Precision, args.precision), args.target, sys.stdout))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from parity_harness._tools.diff import print_diff, run_diff
 
-    fixture = load_fixture(args.fixture)
-    backends, _, _ = select_backends(_parse_backends(f"{args.a},{args.b}"))
-    fixture.check_before_running()
+    fixture = fixture_from(args.fixture)
+    backends, _, _ = select_backends(parse_names(f"{args.a},{args.b}", "diff"))
     diff, notes = run_diff(fixture, (backends[0], backends[1]), cast(Precision, args.precision),
                            progress=None if args.quiet else _progress)
     return for_verdict(print_diff(diff, notes, sys.stdout))
@@ -510,8 +408,7 @@ def cmd_verify_ts(args: argparse.Namespace) -> int:
         raise ParityError(f"{script}: not found (set PARITY_TS_DIR to a directory holding node/verify-forward.mts)")
     # Every check `parity run` makes before a backend starts (the seal, strict JSON, the tolerances' ceilings,
     # every file's hash): the Node check reads the manifest's tolerances as they are, and `1e999` is Infinity.
-    loaded = load_fixture(args.fixture)
-    loaded.check_before_running()
+    fixture_from(args.fixture)
     fixture = Path(args.fixture)
     try:
         proc = subprocess.run([node, str(script), str(fixture)], stdin=subprocess.DEVNULL, timeout=timeout_seconds(),
@@ -538,7 +435,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     check_output_paths({"--json": args.json}, input_dirs={args.fixture: "the fixture directory",
                                                           args.stress_fixture: "the stress fixture directory"})
     fixture = load_fixture(args.fixture)
-    mutants = by_name(_parse_backends(args.only, "--only", "mutant") if args.only is not None else None)
+    mutants = by_name(parse_names(args.only, "--only", "mutant") if args.only is not None else None)
     # The stability mutants are caught on the stress fixture (and must pass on the toy).
     stress = load_fixture(args.stress_fixture) if any(m.caught_on == "stress" for m in mutants) else None
     result = run_selftest(fixture, mutants, progress=None if args.quiet else _progress, stress=stress)
@@ -561,10 +458,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from parity_harness._tools.generate import run_generate
 
     fixture = load_fixture(args.fixture)
-    backends, skipped, _ = select_backends(_parse_backends(args.backends))
+    backends, skipped, _ = select_backends(parse_names(args.backends))
     for line in skipped:
         print(f"parity: skipped: {line}", file=sys.stderr)
-    verdict = run_generate(fixture, args.prompt, args.steps, backends, _precisions(args.precision), sys.stdout)
+    verdict = run_generate(fixture, args.prompt, args.steps, backends, precisions_from(args.precision), sys.stdout)
     return for_verdict(verdict)
 
 
@@ -587,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run backends on a fixture and compare every tap")
     run.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     run.add_argument("--backends", help="comma-separated backend names (default: every available backend)")
-    run.add_argument("--precision", type=_precision_list, default="all",
+    run.add_argument("--precision", default="all",
                      help="which computations to check: fp32, fp64, fp16, bf16, comma-separated, or all "
                           "(fp32,fp64; the default)")
     run.add_argument("--no-skip", action="store_true",
@@ -755,9 +652,25 @@ def _report_options(parser: argparse.ArgumentParser, plot: bool = True) -> None:
         parser.add_argument("--plot", metavar="PATH", help="draw the error ladder (PNG or SVG, by extension)")
 
 
+# The options that name a file or directory parity writes to, on any command.
+OUTPUT_OPTIONS = ("json", "junit", "markdown", "plot", "save_outputs")
+
+
+def _pin_output_paths(args: argparse.Namespace) -> None:
+    """Every output path made absolute once, before any command starts, and $GITHUB_STEP_SUMMARY read once: a
+    backend that changes the working directory (or the environment) cannot redirect a report onto a user's file."""
+    for option in OUTPUT_OPTIONS:
+        value = getattr(args, option, None)
+        if isinstance(value, str) and value:
+            setattr(args, option, os.path.abspath(value))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    args.step_summary = os.path.abspath(summary) if summary else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _pin_output_paths(args)
     with sigint_handler(), safe_streams():  # everything printed goes through parity_harness/_core/sanitize.py
         try:
             code = args.func(args)
@@ -824,6 +737,9 @@ def _print_error(exc: ParityError, verbose: bool) -> None:
     (sanitized), else a hint that -v shows it. A plain user error never gets a traceback."""
     detail = getattr(exc, "detail", "") if isinstance(exc, BackendMisbehaved) else ""
     hint = " (-v shows its traceback)" if detail and not verbose else ""
+    cause = exc.__cause__  # an unexpected error the API gate made one ParityError (api.py, `_gate`)
+    if cause is not None and os.environ.get("PARITY_DEBUG") == "1" and _message(exc).startswith("internal error"):
+        traceback.print_exception(cause, file=sys.stderr)  # sanitized like every line (safe_streams)
     print(f"parity: error: {_message(exc)}{hint}", file=sys.stderr)
     if detail and verbose:
         print(safe_text(str(detail)).rstrip("\n"), file=sys.stderr)
@@ -841,8 +757,7 @@ def _message(exc: BaseException) -> str:
         return describe_exception(exc)
     if not isinstance(text, str):
         return describe_exception(exc)
-    own = type(exc).__module__.startswith("parity_harness.")
-    return one_line(text, OWN_MESSAGE_LIMIT) if own else one_line(text)
+    return one_line(text, OWN_MESSAGE_LIMIT) if is_own_error(exc) else one_line(text)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ a string from outside cannot add a line, a column, a control character or raw HT
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 from parity_harness._compare.judge import FAIL, NOT_SUPPORTED, OK, TapSummary
@@ -94,12 +93,12 @@ def _decoding_lines(report: Report, header: list[str]) -> list[str]:
     return lines
 
 
-def write_markdown(report: Report, path: Path) -> None:
-    """Write the summary to `path`, and append it to $GITHUB_STEP_SUMMARY when that is set."""
+def write_markdown(report: Report, path: Path, step_summary: str | None) -> None:
+    """Write the summary to `path`, and append it to `step_summary` ($GITHUB_STEP_SUMMARY as the command read it
+    when it started, absolute) when that is set."""
     from parity_harness._core.output_paths import write_report_text
 
     text = markdown_summary(report)
     write_report_text(path, text, "Markdown summary")
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         write_report_text(Path(step_summary), text + "\n", "$GITHUB_STEP_SUMMARY", append=True)
