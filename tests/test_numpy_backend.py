@@ -133,7 +133,7 @@ def test_learned_positions(tmp_path: Path) -> None:
 
 
 def test_bad_tokens_raise_fixture_error(random_fixture: Fixture, tmp_path: Path) -> None:
-    fixture = load_fixture(random_fixture.root)  # a fresh object: its cases are replaced below
+    fixture = load_fixture(random_fixture.root).for_backend()  # a backend's copy: its cases are replaced below
     fixture.cases = [Case("bad", (0, TOY.vocab_size))]
     with pytest.raises(FixtureError, match="token id 12 out of range"):
         NumpyBackend().run(fixture, "fp32")

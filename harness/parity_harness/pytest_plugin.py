@@ -11,7 +11,9 @@ ini file), else the toy fixture parity ships. Importing this module imports noth
 beyond the package itself (no numpy, no torch): the API is imported when a test first asks for
 `parity`. A `ParityError` (a broken fixture, an unknown backend, a backend that crashed) fails the
 test with its one line and no traceback; a disagreement is a `ParityAssertionError` naming the tap.
-See docs/api.md.
+The `parity` fixture is shared by every test of the session, so it is read-only, as the `Fixture` it holds
+is: a test that edits it (loosens a tolerance, cuts the cases) gets an AttributeError or TypeError and
+cannot change what another test is judged against. See docs/api.md.
 """
 
 from __future__ import annotations
@@ -57,16 +59,28 @@ def fixture_dir(config: pytest.Config) -> Path | None:
 class Parity:
     """What the `parity` fixture gives a test: `parity_harness.api`, bound to the session's fixture.
 
-    `ParityAssertionError` and `ParityError` are attributes too, for `pytest.raises`.
+    `ParityAssertionError` and `ParityError` are attributes too, for `pytest.raises`. Read-only: one object
+    serves the whole session, so no test may rebind what the next one uses.
     """
+
+    path: Path | None
+    _fixture: Fixture | None
 
     def __init__(self, path: Path | None) -> None:
         from parity_harness import api
 
-        self.path = path
-        self.ParityAssertionError = api.ParityAssertionError
-        self.ParityError = api.ParityError
-        self._fixture: Fixture | None = None
+        set_attr = object.__setattr__
+        set_attr(self, "path", path)
+        set_attr(self, "ParityAssertionError", api.ParityAssertionError)
+        set_attr(self, "ParityError", api.ParityError)
+        set_attr(self, "_fixture", None)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"parity.{name} is read-only: the `parity` fixture is shared by every test of the "
+                             "session, so no test may change what another is judged against")
+
+    def __delattr__(self, name: str) -> None:
+        self.__setattr__(name, None)
 
     @property
     def fixture(self) -> Fixture:
@@ -76,11 +90,11 @@ class Parity:
 
         if self._fixture is None:
             try:
-                self._fixture = api.load(self.path)
+                object.__setattr__(self, "_fixture", api.load(self.path))
             except api.ParityError as exc:
                 error = exc
             else:
-                return self._fixture
+                return self._fixture  # type: ignore[return-value]
             _fail(error)
         return self._fixture
 

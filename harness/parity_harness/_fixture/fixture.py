@@ -8,9 +8,12 @@ the seal (`manifest_sha256`, the manifest's own hash, so a changed tolerance is 
 file names, sha256 hashes, tensor names, shapes, dtypes and finiteness. Every problem raises
 `FixtureError` with one line naming the file and what is wrong.
 
-Backends never get the harness's own objects: `Fixture.for_backend()` is a private copy, and every
-array (weights, golden) is read-only, backed by immutable bytes, so no backend can change what
-the comparison reads.
+A `Fixture` is read-only: its cases, taps, rows, tolerances and vocabulary are the sealed manifest's
+(`Manifest`, immutable), assigning a public attribute raises AttributeError, and `manifest` / `files`
+hand out fresh copies; so the code that calls the judge (the API, a test through the pytest plugin)
+cannot change what it judges with. Backends never get the harness's own objects: `Fixture.for_backend()`
+is a private, editable copy (`BackendCopy`, which the judge refuses), and every array (weights, golden)
+is read-only, backed by immutable bytes, so no backend can change what the comparison reads.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import copy
 import math
 import os
 import stat
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -41,6 +44,7 @@ from parity_harness._fixture.manifest import (
     check_file_name,
     check_format,
     parse_manifest,
+    thaw_json,
 )
 from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude
 from parity_reference.config import param_shapes
@@ -48,34 +52,132 @@ from parity_reference.taps import tap_shape_template
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding_section import Decoding
+    from parity_reference.config import GPTConfig
 
 LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
 
 
+T = TypeVar("T")
+
+
+class ReadOnlyList(list[T]):
+    """A list that refuses every change (TypeError), equal to a list of the same items: what a `Fixture` hands out."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(f"this list {READ_ONLY}")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type, tuple[list[T]]]:  # copy and pickle build it whole, not item by item
+        return type(self), (list(self),)
+
+
+READ_ONLY = ("is read-only: a fixture's cases, taps, rows, tolerances and goldens are those of its sealed manifest "
+             "(change the manifest and re-seal it with `parity seal` to judge with others)")
+
+
 class Fixture:
-    """A validated fixture. Weights and golden tensors are read (and checked) on first use."""
+    """A validated fixture. Weights and golden tensors are read (and checked) on first use.
+
+    Read-only: what the judge reads (`cases`, `tap_names`, `tap_rows`, `tolerances`, `vocab`, `config`,
+    `loose`, `seal`, the goldens) is derived from the sealed manifest, held as tuples, read-only mappings,
+    frozen dataclasses and read-only arrays, and assigning any public attribute raises AttributeError
+    (READ_ONLY); `manifest` and `files` are editable copies, made anew on each access. So the code that calls
+    the judge (the API, a test through the pytest plugin) cannot change the verdict by editing the fixture.
+    A backend gets `for_backend()`, a private copy it may edit, which the judge refuses to judge with.
+    """
 
     def __init__(self, root: Path, manifest: dict[str, Any], allow_loose_tolerances: bool = False) -> None:
-        self.root = root
-        self.manifest = manifest
-        self.manifest_path = root / MANIFEST
-        self.allow_loose_tolerances = allow_loose_tolerances
-        self.spec: Manifest = parse_manifest(manifest, str(self.manifest_path), allow_loose_tolerances)  # pure
-        self.config = self.spec.config
-        self.vocab: list[str] = list(self.spec.vocab)
-        self.cases: list[Case] = list(self.spec.cases)
-        self.tap_names: list[str] = list(self.spec.tap_names)
-        self.tap_rows: dict[str, int] = dict(self.spec.tap_rows)
-        self.loose: list[str] = list(self.spec.loose)  # grows when a golden's magnitudes break an override's ceiling
-        self.tolerances: dict[Precision, TierTolerances] = dict(self.spec.tolerances)
-        self.files: dict[str, Any] = copy.deepcopy(self.spec.files)
-        self.seal: str = self.spec.seal
+        self._root = root
+        self._manifest_path = root / MANIFEST
+        self._allow_loose_tolerances = allow_loose_tolerances
+        self._spec: Manifest = parse_manifest(manifest, str(self._manifest_path), allow_loose_tolerances)  # pure
+        self._vocab: list[str] = ReadOnlyList(self._spec.vocab)
+        self._cases: list[Case] = ReadOnlyList(self._spec.cases)
+        self._tap_names: list[str] = ReadOnlyList(self._spec.tap_names)
+        self._tap_rows: Mapping[str, int] = self._spec.tap_rows
+        self._tolerances: Mapping[Precision, TierTolerances] = self._spec.tolerances
+        self._loose: list[str] = list(self._spec.loose)  # grows when a golden's magnitudes break an override's ceiling
+        self._files: dict[str, Any] = thaw_json(self._spec.files)  # private: `files` hands out copies
         self._check_hashes()  # the IO: every listed file read once, against its sha256
         self._weights: dict[str, np.ndarray] | None = None
         self._golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
         self._golden_files: dict[Precision, TensorFile] = {}  # golden files checked by `validate_golden`, read lazily
         self._case_magnitudes: dict[tuple[Precision, str], dict[str, float]] = {}  # `golden_magnitudes`
         self._magnitudes: dict[str, float] | None = None  # M_tap of the fp32 golden (`tap_magnitudes`)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if not name.startswith("_"):
+            raise AttributeError(f"Fixture.{name} {READ_ONLY}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if not name.startswith("_"):
+            raise AttributeError(f"Fixture.{name} {READ_ONLY}")
+        object.__delattr__(self, name)
+
+    # -- what the judge reads: read-only, from the sealed manifest ---------------------------
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def manifest_path(self) -> Path:
+        return self._manifest_path
+
+    @property
+    def allow_loose_tolerances(self) -> bool:
+        return self._allow_loose_tolerances
+
+    @property
+    def spec(self) -> Manifest:
+        """The checked manifest (immutable)."""
+        return self._spec
+
+    @property
+    def config(self) -> GPTConfig:
+        return self._spec.config
+
+    @property
+    def seal(self) -> str:
+        """The manifest's own sha256 (`manifest_sha256`)."""
+        return self._spec.seal
+
+    @property
+    def vocab(self) -> list[str]:
+        return self._vocab
+
+    @property
+    def cases(self) -> list[Case]:
+        return self._cases
+
+    @property
+    def tap_names(self) -> list[str]:
+        return self._tap_names
+
+    @property
+    def tap_rows(self) -> Mapping[str, int]:
+        return self._tap_rows
+
+    @property
+    def tolerances(self) -> Mapping[Precision, TierTolerances]:
+        return self._tolerances
+
+    @property
+    def loose(self) -> list[str]:
+        """The tolerances beyond their ceiling this fixture runs with (only with allow_loose_tolerances)."""
+        return ReadOnlyList(self._loose)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """manifest.json's object: an editable copy, made anew (editing it changes nothing here)."""
+        return thaw_json(self._spec.raw)  # type: ignore[no-any-return]
+
+    @property
+    def files(self) -> dict[str, Any]:
+        """The manifest's `files` section: an editable copy, made anew (editing it changes nothing here)."""
+        return thaw_json(self._spec.files)  # type: ignore[no-any-return]
 
     # -- reading files ----------------------------------------------------------------------
     def _measure_golden(self, precision: Precision, case: Case, tensors: dict[str, np.ndarray]) -> None:
@@ -93,7 +195,7 @@ class Fixture:
 
     def _check_override_ceilings(self, precision: Precision, magnitude: dict[str, float]) -> None:
         """Each per-tap override against its ceiling, from the goldens' magnitudes (`Manifest.override_problems`)."""
-        self.loose += self.spec.refuse_or_record(self.spec.override_problems(precision, magnitude))
+        self._loose += self._spec.refuse_or_record(self._spec.override_problems(precision, magnitude))
 
     def _check_hashes(self) -> None:
         """Every file the manifest hashes is a regular file inside the directory, with that sha256.
@@ -102,10 +204,10 @@ class Fixture:
         2 GB took 1.4 s against 2.2 s one after another on 2 cores); a mismatch is reported in the manifest's order."""
         from concurrent.futures import ThreadPoolExecutor
 
-        paths = {name: fixture_file(self.root, name, self.manifest_path) for name in self.spec.hashes}
+        paths = {name: fixture_file(self._root, name, self._manifest_path) for name in self._spec.hashes}
         with ThreadPoolExecutor(2) as pool:
             hashed = dict(zip(paths, pool.map(sha256_file, paths.values()), strict=True))
-        for name, digest in self.spec.hashes.items():
+        for name, digest in self._spec.hashes.items():
             path, actual = paths[name], hashed[name]
             if actual != digest:
                 raise FixtureError(
@@ -114,19 +216,19 @@ class Fixture:
                 )
 
     def _safe_path(self, name: str) -> Path:
-        return safe_name(self.root, name, self.manifest_path)
+        return safe_name(self._root, name, self._manifest_path)
 
     # -- public API -------------------------------------------------------------------------
     @property
     def weights_path(self) -> Path:
-        return self._safe_path(self.files["weights"])
+        return self._safe_path(self._files["weights"])
 
     def golden_path(self, precision: Precision) -> Path:
-        return self._safe_path(self.files["golden"][precision])
+        return self._safe_path(self._files["golden"][precision])
 
     def onnx_path(self, kind: str) -> Path | None:
         """The ONNX file of `kind` ("all_taps" or "logits") if the fixture lists one."""
-        onnx = self.files.get("onnx", {})
+        onnx = self._files.get("onnx", {})
         name = onnx.get(kind) if isinstance(onnx, dict) else None
         return self._safe_path(name) if name else None
 
@@ -312,7 +414,11 @@ class Fixture:
 
     def check_before_running(self) -> None:
         """Before any backend runs (`parity run`, `parity compare`, the API): both golden files and the weights
-        validated, so a broken fixture costs no backend time; a GPT-2-sized copy of the weights is not kept."""
+        validated, so a broken fixture costs no backend time; a GPT-2-sized copy of the weights is not kept.
+        A backend's copy (`for_backend`, editable) is refused: the judge reads only a sealed, read-only fixture."""
+        if isinstance(self, BackendCopy):
+            raise FixtureError(f"{self.manifest_path}: a backend's copy of a fixture (Fixture.for_backend(), "
+                               "editable) is not a fixture to judge with; pass the fixture load() returned")
         for precision in TIERS:
             self.preload_golden(precision)
         self.weights()
@@ -350,11 +456,18 @@ class Fixture:
             self._golden[precision] = out
         return {case: dict(taps) for case, taps in self._golden[precision].items()}
 
-    def for_backend(self) -> Fixture:
-        """A private copy for a backend: its own manifest, cases, taps, tolerances; the same read-only arrays."""
-        clone = copy.copy(self)
-        for attr in ("manifest", "spec", "files", "vocab", "cases", "tap_names", "tap_rows", "tolerances", "loose"):
-            setattr(clone, attr, copy.deepcopy(getattr(self, attr)))
+    def for_backend(self) -> BackendCopy:
+        """A private copy for a backend: its own editable manifest, files, cases, taps, tolerances (lists and
+        dicts, `BackendCopy`); the same read-only arrays. Nothing it does to it reaches this fixture, and the
+        judge refuses it (`check_before_running`): an edited copy is not the sealed fixture."""
+        clone = object.__new__(BackendCopy)
+        clone.__dict__.update(self.__dict__)  # the private state, each mutable part replaced by its own copy below
+        own = isinstance(self, BackendCopy)
+        clone._manifest = copy.deepcopy(self.manifest) if own else self.manifest  # `manifest`: a fresh copy here
+        clone._files = copy.deepcopy(self._files)
+        clone._vocab, clone._cases, clone._tap_names = list(self._vocab), list(self._cases), list(self._tap_names)
+        clone._tap_rows, clone._tolerances = dict(self._tap_rows), dict(self._tolerances)
+        clone._loose = list(self._loose)
         clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
         clone._golden_files = dict(self._golden_files)  # each immutable: its header as a read-only mapping
         clone._case_magnitudes = {k: dict(m) for k, m in self._case_magnitudes.items()}
@@ -375,6 +488,33 @@ class Fixture:
             "loose": list(self.loose),
             "manifest_sha256": self.seal,
         }
+
+
+class BackendCopy(Fixture):
+    """What a backend is handed (`Fixture.for_backend`): its own copy, editable as the fixture was before it
+    became read-only (`copy.cases = [...]`, `copy.manifest[...] = ...`), never judged with."""
+
+    _manifest: dict[str, Any]
+    # editable here (assignment sets the private attribute the base class's property reads)
+    vocab: list[str]
+    cases: list[Case]
+    tap_names: list[str]
+    tap_rows: dict[str, int]  # type: ignore[assignment]
+    tolerances: dict[Precision, TierTolerances]  # type: ignore[assignment]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name if name.startswith("_") else f"_{name}", value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name if name.startswith("_") else f"_{name}")
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self._manifest
+
+    @property
+    def files(self) -> dict[str, Any]:
+        return self._files
 
 
 def row_axis(template: list[int | str]) -> int:
@@ -456,6 +596,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "MANIFEST",
+    "BackendCopy",
     "Case",
     "Fixture",
     "Manifest",

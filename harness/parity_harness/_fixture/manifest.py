@@ -3,6 +3,8 @@
 `parse_manifest` takes manifest.json's object and returns a frozen `Manifest`: the config, vocabulary, cases,
 taps, tolerances (within their ceilings), the data files it names and the seal, every check the schema
 (parity_harness/_fixture/schema.py) cannot say done once, each problem a `FixtureError` naming the manifest.
+A `Manifest` is immutable all the way down (tuples, read-only mappings, frozen dataclasses; the object it
+was parsed from kept as a `frozen_json` copy), so what it says cannot be edited after it is checked.
 Everything that touches the disk (hashes, safetensors, caching, the backend's private copy) is
 parity_harness/_fixture/fixture.py's `Fixture`, which holds a `Manifest`.
 """
@@ -10,8 +12,10 @@ parity_harness/_fixture/fixture.py's `Fixture`, which holds a `Manifest`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
+from types import MappingProxyType
 from typing import Any
 
 from parity_harness._core.errors import FixtureError
@@ -50,7 +54,10 @@ class Tolerance:
 @dataclass(frozen=True)
 class TierTolerances:
     default: Tolerance
-    overrides: dict[str, Tolerance] = field(default_factory=dict)
+    overrides: Mapping[str, Tolerance] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))  # read-only, its own copy
 
     def for_tap(self, tap: str) -> Tolerance:
         return self.overrides.get(tap, self.default)
@@ -60,22 +67,31 @@ class TierTolerances:
 class Manifest:
     """A checked manifest. `where` is the path its errors name; `raw` the object it was parsed from."""
 
-    raw: dict[str, Any] = field(repr=False)
+    raw: Mapping[str, Any] = field(repr=False)  # frozen_json: `thaw_json` gives an editable copy
     where: str
     config: GPTConfig
     vocab: tuple[str, ...]
     cases: tuple[Case, ...]
     tap_names: tuple[str, ...]
-    tap_rows: dict[str, int]  # taps whose golden keeps only the last positions ("rows", docs/fixture-format.md)
-    tolerances: dict[Precision, TierTolerances]
+    tap_rows: Mapping[str, int]  # taps whose golden keeps only the last positions ("rows", docs/fixture-format.md)
+    tolerances: Mapping[Precision, TierTolerances]
     loose: tuple[str, ...]  # tolerances beyond their ceiling (only with allow_loose_tolerances)
-    files: dict[str, Any]
+    files: Mapping[str, Any]  # frozen_json
     file_names: tuple[str, ...]  # every data file it lists, each a plain name (not yet looked for)
-    hashes: dict[str, str]
+    hashes: Mapping[str, str]
     seal: str
     allow_loose_tolerances: bool = False
     # c of the per-tap rule for fp16 and bf16: the manifest's `tolerances.reduced`, else the default REDUCED_C
-    reduced_c: dict[Precision, float] = field(default_factory=lambda: dict(REDUCED_C))
+    reduced_c: Mapping[Precision, float] = field(default_factory=lambda: dict(REDUCED_C))
+
+    def __post_init__(self) -> None:
+        """Every field read-only and its own: a caller's later edit of the object it was parsed from changes nothing."""
+        for name in ("raw", "files"):
+            object.__setattr__(self, name, frozen_json(getattr(self, name)))
+        for name in ("tap_rows", "tolerances", "hashes", "reduced_c"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        for name in ("vocab", "cases", "tap_names", "loose", "file_names"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def _fail(self, what: str) -> FixtureError:
         return FixtureError(f"{self.where}: {what}")
@@ -112,6 +128,24 @@ def refuse_loose(where: str, problems: list[str], allowed: bool) -> list[str]:
         raise FixtureError(f"{where}: {problems[0]}; a tolerance that loose lets wrong numbers pass "
                            "(see docs/tolerances.md; --allow-loose-tolerances runs anyway and flags every report)")
     return problems
+
+
+def frozen_json(value: Any) -> Any:
+    """A read-only deep copy of a JSON value: objects as read-only mappings, arrays as tuples (`thaw_json` undoes)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: frozen_json(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(frozen_json(v) for v in value)
+    return value
+
+
+def thaw_json(value: Any) -> Any:
+    """An editable deep copy of a `frozen_json` value (dicts and lists), what manifest.json's object was."""
+    if isinstance(value, Mapping):
+        return {k: thaw_json(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw_json(v) for v in value]
+    return value
 
 
 def check_format(raw: dict[str, Any], where: str) -> None:

@@ -123,7 +123,7 @@ def _bad_input_checks(
     # A token id one past the vocabulary. The loader rejects it, so it is put in after loading,
     # in the Fixture object and in manifest.json (for backends that read the directory).
     root = work / "bad_token"
-    fixture = _derived_fixture(parent, root, [Case("bad_token", (0,), "bad")])
+    fixture = _derived_fixture(parent, root, [Case("bad_token", (0,), "bad")]).for_backend()  # editable copy
     fixture.cases = [Case("bad_token", (0, config.vocab_size), "bad")]
     fixture.manifest["cases"][0]["tokens"] = [0, config.vocab_size]
     fixture.manifest[SEAL_KEY] = manifest_digest(fixture.manifest)
