@@ -157,7 +157,8 @@ def test_the_pytest_plugin_refuses(tmp_path: Path, fixtures: dict[str, Path]) ->
         proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), "-q",
                                "--parity-fixture", str(fixtures[kind]), "--junitxml", str(report)],
                               cwd=project, capture_output=True, text=True, timeout=300, check=False,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])})
         assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
         import xml.etree.ElementTree as ET
 
