@@ -303,3 +303,10 @@ def test_one_definition_of_parity_s_own_error() -> None:
 
     assert all(is_own_error(e("x")) for e in (ParityError, FixtureError, DumpError, MergeError))
     assert not is_own_error(PluginError("x")) and not is_own_error(ValueError("x"))
+
+
+def test_a_backend_that_declines_the_fixture_is_not_decoded_either(toy_dir: Path) -> None:
+    """Its forward pass is 'not supported'; decoding with it anyway counted checks for a backend that declined."""
+    report = api.run([instance("gate-declines"), "numpy"], toy_dir, "fp64")
+    assert report.decoding is not None and "gate-declines" in report.decoding.not_supported
+    assert [r.backend for r in report.decoding.runs] == ["numpy"]
