@@ -49,11 +49,13 @@ __all__ = [
     "ParityAssertionError",
     "ParityError",
     "Report",
+    "RunPlan",
     "assert_agrees",
     "compare_dumps",
     "failure_message",
     "load",
     "merge",
+    "plan",
     "render",
     "run",
 ]
