@@ -100,7 +100,7 @@ def test_an_edit_through_the_api_cannot_make_a_wrong_backend_pass(edit: Callable
     report = edit_and_judge(edit, backend)
     assert not report, f"{edit.__name__}: a wrong backend passed after the caller edited the fixture"
     assert report.n_failed > 0
-    assert {r.case for r in report.results} == {c.name for c in api.load().cases} and n_cases > 1
+    assert n_cases > 1 and {c.name for c in api.load().cases} <= {r.case for r in report.results}  # every case judged
 
 
 def test_assigning_a_judge_input_says_the_fixture_is_read_only() -> None:
