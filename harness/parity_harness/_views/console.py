@@ -18,6 +18,7 @@ JSON schema (version 1), stable for CI scripts:
       "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump",
                                                                              # "crashed" (message: the error line)
       "skipped": [str],                                  # registered backends not run (missing dependencies)
+      "restarts": [str],     # a browser or Node killed by a signal, restarted once and its backend run again
       "tolerances": {"fp32": {"atol", "rtol", "overrides": {tap: {"atol", "rtol"}}, "rows": {tap: int}},
                      "fp64": {...}},      # "rows" only when the fixture has taps with rows (the last N compared)
       "tolerances_loose": [str],   # tolerances beyond their ceiling (--allow-loose-tolerances); [] normally
@@ -249,6 +250,8 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
             _emit(out, f"{run.backend:<22} {run.precision}  CRASHED after {run.seconds:.2f} s: {run.message}")
         else:
             _emit(out, f"{run.backend:<22} {run.precision}  not supported ({run.message})")
+    for note in report.restarts:  # an infrastructure flake the run recovered from: said, never hidden
+        _emit(out, f"restarted: {note}")
     if report.divergences:
         _emit(out)
         for d in report.divergences:
@@ -356,6 +359,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "first_divergence": by_backend,
         "runs": [asdict(r) for r in report.runs],
         "skipped": list(report.skipped),
+        "restarts": list(report.restarts),
         "budget": [asdict(b) for b in report.budget],
         "tolerances": report.tolerances.get("tiers", {}),
         "tolerances_loose": list(report.tolerances.get("loose", [])),

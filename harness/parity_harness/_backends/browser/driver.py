@@ -9,8 +9,11 @@ group, Chrome included, is killed.
 The browser backends' runs go to one driver process per run, `run-browser.mts session`, so one
 Node and one Chrome serve all of them (`BrowserSession`): started by the first browser run,
 closed when the run ends (`_backends/sessions.py`), restarted if the environment changed
-(PARITY_CHROME, PARITY_TS_DIR, ...) and after any failed request. `parity serve`'s bundle and
-page checks run the driver once each (`run_driver`).
+(PARITY_CHROME, PARITY_TS_DIR, ...) and after any failed request. A request whose browser or driver
+was killed by a signal (a Chromium that died of SIGSEGV on a loaded machine) is sent once more, to a
+new browser, and the restart is noted in the run's report (`run_in_session`); a second kill stops the
+run with one line naming the signal (exit 2). `parity serve`'s bundle and page checks run the driver
+once each (`run_driver`).
 
 Settings: `PARITY_CHROME` (a Chrome or Chromium executable; default: the Chromium of the npm
 package @sparticuz/chromium), `PARITY_BROWSER_TIMEOUT` (seconds for one browser run, default 120;
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import tempfile
@@ -33,7 +37,17 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._backends import sessions
-from parity_harness._backends.node.runtime import find_node, kill_group, last_line, node_env, run_node, tail_text
+from parity_harness._backends.node.runtime import (
+    Killed,
+    find_node,
+    kill_group,
+    last_line,
+    node_env,
+    restarted_once,
+    run_node,
+    signal_name,
+    tail_text,
+)
 from parity_harness._backends.onnx.graph import OnnxGraph, expected_outputs, onnx_file
 from parity_harness._backends.quiet import unsilenced_stderr
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
@@ -147,9 +161,13 @@ class BrowserSession:
             while True:
                 line = self.answers.get(timeout=timeout)
                 if line is None:
+                    stderr = last_line(self._stderr_text())
                     self.close()
+                    killed = signal_name(self.proc.returncode)
+                    if killed is not None:
+                        raise Killed(stderr, f"{DRIVER.name} (Node)", killed)
                     raise BackendFailed(f"{DRIVER.name} session ended unexpectedly "
-                                        f"(exit code {self.proc.returncode}): {last_line(self._stderr_text())}")
+                                        f"(exit code {self.proc.returncode}): {stderr}")
                 answer = json.loads(line)
                 if isinstance(answer, dict) and answer.get("id") == self.next_id:
                     break
@@ -158,6 +176,9 @@ class BrowserSession:
             raise BackendFailed(f"{DRIVER.name} timed out after {timeout:g} s") from None
         except (OSError, ValueError) as exc:  # a broken pipe, an answer that is not JSON
             self.close()
+            killed = signal_name(self.proc.returncode)
+            if killed is not None:
+                raise Killed(str(exc), f"{DRIVER.name} (Node)", killed) from None
             raise BackendFailed(f"{DRIVER.name} session broke: {exc}") from None
         except BaseException:  # Ctrl-C: never leave the driver (and its Chrome) running
             self.close()
@@ -210,8 +231,17 @@ def driver_environment() -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("PARITY_", "NODE_")) or k in names))
 
 
+# How chrome.mts says a signal ended the browser: "the browser (PATH) was killed by SIGSEGV ..."
+_BROWSER_KILLED = re.compile(r"\bthe browser \(.*\) was killed by (SIG[A-Z0-9]+)")
+
+
 def run_in_session(who: str, argv: list[str]) -> None:
-    """One browser run through this process's session (started, or restarted, as needed)."""
+    """One browser run through this process's session (started, or restarted, as needed). A run whose browser or
+    driver a signal killed is run once more (`restarted_once`: noted in the report; a second kill is exit 2)."""
+    restarted_once(who, lambda: _run_in_session_once(who, argv))
+
+
+def _run_in_session_once(who: str, argv: list[str]) -> None:
     global _session
     node = find_node()
     if not DRIVER.is_file():
@@ -231,6 +261,9 @@ def run_in_session(who: str, argv: list[str]) -> None:
         session = _session
         try:
             error = session.request(argv, timeout + GRACE_S)
+        except Killed:
+            _session = None
+            raise
         except BackendFailed as exc:
             _session = None
             message = str(exc)
@@ -238,6 +271,9 @@ def run_in_session(who: str, argv: list[str]) -> None:
                 message += " (set PARITY_BROWSER_TIMEOUT to allow more)"
             raise BackendFailed(f"{who}: {message}") from None
     if error is not None:
+        killed = _BROWSER_KILLED.search(error)
+        if killed is not None:  # the driver closed that browser: the next request starts another
+            raise Killed(error, "the browser", killed.group(1))
         if "timed out" in error and not os.environ.get("PARITY_BROWSER_TIMEOUT"):
             error += " (set PARITY_BROWSER_TIMEOUT to allow more)"
         raise BackendFailed(f"{who}: {DRIVER.name} failed: {error}")

@@ -13,6 +13,10 @@ Other settings: `PARITY_TS_DIR` (a directory laid out as `ts_model/`: the model 
 entry points in `node/`; default `ts_model/` of the checkout, or its copy installed with parity) and
 `PARITY_NODE_TIMEOUT` (seconds, default 120 plus 2 s per million parameters); the typescript backend also
 checks `PARITY_TS_THREADS` (ts_model/node/threads.ts).
+
+A Node killed by a signal it did not get from parity (SIGSEGV, the OOM killer's SIGKILL) is started once
+more and the same work run again (`run_node`), noted in the run's report (_backends/sessions.py,
+`note_restart`); killed a second time, the run stops with one line naming the signal (exit 2).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import re
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from parity_harness._backends import sessions
 from parity_harness._core.errors import BackendFailed, BackendUnavailable
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
 
     from parity_harness._fixture.fixture import Case, Fixture
 
+T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 120.0
 INSTALL_HINT = "pip install 'parity-harness[node]'"
 NODE_HELP = (
@@ -159,13 +165,53 @@ def node_env() -> dict[str, str]:
     return env
 
 
+class Killed(BackendFailed):
+    """A child process (Node, the browser) ended by a signal parity did not send: restarted once. Its text is
+    the detail (the child's last line on stderr), `what` and `signal_name` say the rest."""
+
+    def __init__(self, detail: str, what: str, signal_name: str) -> None:
+        super().__init__(detail)
+        self.what = what  # "run.ts (Node)", "the browser"
+        self.signal_name = signal_name  # "SIGSEGV"
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """The signal that ended a child (`Popen.returncode` < 0), as "SIGSEGV"; None if it exited on its own."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def restarted_once(who: str, attempt: Callable[[], T]) -> T:
+    """`attempt()`; if a signal killed its process (`Killed`), noted and `attempt()` once more. A second kill is
+    BackendFailed naming the signal (one line, exit 2)."""
+    try:
+        return attempt()
+    except Killed as exc:
+        first = exc.signal_name
+        sessions.note_restart(f"{exc.what} was killed by {exc.signal_name}; restarted once and run again")
+    try:
+        return attempt()
+    except Killed as exc:
+        raise BackendFailed(f"{who}: {exc.what} was killed by {exc.signal_name} again after one restart "
+                            f"(by {first} the first time): {exc}") from None
+
+
 def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str = "typescript") -> str:
     """Run Node in its own process group; returns its stderr, BackendFailed on error or timeout.
 
     Its output goes to files, not pipes, and only Node itself is waited for: a grandchild that
     escaped into a session of its own (and so survives the group kill) cannot hold the run
-    past the timeout by keeping a pipe open.
+    past the timeout by keeping a pipe open. A Node killed by a signal is run once more (`restarted_once`).
     """
+    return restarted_once(who, lambda: _run_node_once(args, cwd, timeout, script, who))
+
+
+def _run_node_once(args: list[str], cwd: str, timeout: float, script: Path, who: str = "typescript") -> str:
+    """`run_node` without its restart: `Killed` when a signal ended Node."""
     err_path = Path(cwd) / "node.stderr"
     with open(err_path, "w+b") as err:
         try:
@@ -197,6 +243,9 @@ def run_node(args: list[str], cwd: str, timeout: float, script: Path, who: str =
             sessions.unregister(close)
         kill_group(proc)  # whatever Node left behind in its group
         stderr = tail_text(err)
+    killed = signal_name(proc.returncode)
+    if killed is not None:
+        raise Killed(last_line(stderr), f"{script.name} (Node)", killed)
     if proc.returncode != 0:
         raise BackendFailed(
             f"{who}: {script.name} failed (exit code {proc.returncode}): {last_line(stderr)}"
