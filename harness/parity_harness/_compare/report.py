@@ -66,6 +66,9 @@ class Report:
     # A browser or Node process killed by a signal and restarted once, its backend run again, one line each
     # ("BACKEND: WHAT was killed by SIGNAL; restarted once and run again"; _backends/sessions.py)
     restarts: list[str] = field(default_factory=list)
+    # The backends asked for by name (`--backends`, the API's backends): each must compare something, or the
+    # verdict is NOTHING_COMPARED (parity_harness/_run/request.py). Empty for the default selection.
+    named: list[str] = field(default_factory=list)
 
     @property
     def n_decoding_failed(self) -> int:
@@ -87,7 +90,21 @@ class Report:
     @property
     def passed(self) -> bool:
         return (self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
-                and self.crashed is None)
+                and self.crashed is None and not self.named_uncompared())
+
+    def named_uncompared(self) -> list[str]:
+        """Backends asked for by name that compared no tap in any tier (declined, or every tap 'not supported')."""
+        compared = self.taps_compared()
+        return [name for name in self.named if compared.get(name, (0, 0))[0] == 0]
+
+    def nothing_compared_reason(self) -> str:
+        """Why the verdict is NOTHING_COMPARED, one line: the backends that compared nothing and what they said."""
+        idle = self.named_uncompared() if self.n_passed + self.n_failed else [r.backend for r in self.runs]
+        why = [f"{r.backend} {r.precision}: {r.message}" for r in self.runs if r.backend in idle and r.message]
+        names = ", ".join(dict.fromkeys(idle))
+        head = (f"nothing was compared for backend(s) asked for by name: {names}" if self.n_passed + self.n_failed
+                else "nothing was compared: every tap of every backend run was 'not supported'")
+        return head + (f" ({'; '.join(why)})" if why else "")
 
     def __bool__(self) -> bool:
         """A Report is truthy exactly when it passes (`passed`, `verdict` AGREE): false on a disagreement
@@ -115,6 +132,6 @@ class Report:
         """AGREE, DISAGREE, NOTHING_COMPARED (no check compared at all: never a silent pass), or CRASHED."""
         if self.crashed is not None:
             return Verdict.CRASHED
-        if self.n_passed + self.n_failed == 0:
+        if self.n_passed + self.n_failed == 0 or self.named_uncompared():
             return Verdict.NOTHING_COMPARED
         return Verdict.DISAGREE if self.n_failed or self.n_decoding_failed else Verdict.AGREE
