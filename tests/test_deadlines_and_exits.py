@@ -119,3 +119,40 @@ def test_a_backend_that_breaks_the_streams_is_named(backend: str, stream: str, h
     assert backend in lines[0] and f"{how} {stream}" in lines[0] and "run (fp64)" in lines[0]
     assert "internal error" not in proc.stderr
     assert json.loads(report.read_text())["usable"] is False
+
+
+def start_and_terminate(backend: str, report: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`parity run --backends BACKEND`, SIGTERM once its run has begun: (the process, seconds from the signal)."""
+    path = os.pathsep.join(p for p in (str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    env = {k: v for k, v in os.environ.items() if k != "PARITY_BACKEND_TIMEOUT"}
+    env["PYTHONPATH"] = path
+    proc = subprocess.Popen([str(PARITY), "run", "--backends", backend, "--precision", "fp64", "--json", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    assert proc.stderr is not None
+    seen = ""
+    for line in proc.stderr:  # the progress line says the backend's code runs
+        seen += line
+        if f"running {backend}" in line:
+            break
+    time.sleep(0.3)
+    proc.send_signal(15)
+    start = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{backend}: parity did not end within 30 s of SIGTERM")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, seen + err), time.monotonic() - start
+
+
+@pytest.mark.parametrize("backend", ["deadline-catch-all", "deadline-swallows-once"])
+def test_an_interrupt_a_backend_swallows_still_ends_the_run(backend: str, tmp_path: Path) -> None:
+    """Finding 5, SIGTERM: a catch-all loop ignored it (only SIGKILL ended the run), and a backend that swallowed
+    it and returned let the run go on to a verdict. Now: exit 130, --json marked unusable."""
+    report = tmp_path / "report.json"
+    proc, took = start_and_terminate(backend, report)
+    assert proc.returncode == 130, proc.stderr
+    assert "interrupted" in proc.stderr and "PASS" not in proc.stdout
+    assert json.loads(report.read_text())["usable"] is False
+    assert took < 10, took

@@ -27,11 +27,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from parity_harness._core.errors import BackendFailed, BackendMisbehaved, BackendUnavailable, FixtureError, ParityError
+from parity_harness._core.errors import BackendMisbehaved, ParityError, is_own_error
 
 T = TypeVar("T")
-CORE_ERRORS: tuple[type[ParityError], ...] = (ParityError, FixtureError, BackendUnavailable, BackendFailed,
-                                             BackendMisbehaved)
 _sigint_seen = False
 
 
@@ -57,10 +55,30 @@ def describe_exception(exc: BaseException) -> str:
     return one_line(f"{name}: {first}" if first else name)
 
 
+class _Call:
+    """A backend call in progress on the main thread (`call_backend`), for the interrupt's watchdog."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+_main_call: _Call | None = None
+
+
 def _on_sigint(signum: int, frame: Any) -> None:
     global _sigint_seen
     _sigint_seen = True
+    call = _main_call
+    if call is not None:  # backend code runs: if it swallows the interrupt, the process ends anyway
+        threading.Thread(target=_interrupt_watch, args=(call,), name="parity-interrupt", daemon=True).start()
     raise KeyboardInterrupt
+
+
+def _interrupt_watch(call: _Call) -> None:
+    time.sleep(GRACE_S)
+    if _main_call is call:
+        hard_stop(f"backend {call.name!r} did not stop within {GRACE_S:g} s of the interrupt (it catches or "
+                  "masks it), so parity ended the process", interrupted=True)
 
 
 @contextmanager
@@ -69,7 +87,9 @@ def sigint_handler() -> Iterator[None]:
 
     SIGTERM (a CI job cancelled, `timeout`) is taken as the same interrupt: without a handler Python dies
     at once, leaving a fixture's staging directory beside it and a stale report where `--json` points;
-    as a KeyboardInterrupt the command cleans up, marks `--json` unusable and exits 130.
+    as a KeyboardInterrupt the command cleans up, marks `--json` unusable and exits 130. A backend that
+    swallows it is interrupted again when its call returns (`call_backend`), and one whose call does not
+    return within GRACE_S is ended (`hard_stop`, exit 130).
     """
     global _sigint_seen
     _sigint_seen = False
@@ -97,15 +117,25 @@ def call_backend(name: str, what: str, fn: Callable[[], T], work: int = 1) -> T:
     A call that closed sys.stdout or sys.stderr, or left another object in their place, is BackendMisbehaved
     naming the backend and the call, with usable streams put back first (`_StreamWatch`).
     """
+    global _main_call
     watch = _StreamWatch()
     outer = getattr(_local, "backend", None)
     _local.backend = name
+    on_main = threading.current_thread() is threading.main_thread()
+    outer_call, seen = _main_call, _sigint_seen
+    if on_main:
+        _main_call = _Call(name)
     try:
         try:
             with deadline(name, what, work):
-                return fn()
+                result = fn()
+            if on_main and _sigint_seen and not seen:  # a genuine interrupt the call swallowed
+                raise KeyboardInterrupt
+            return result
         finally:
             _local.backend = outer
+            if on_main:
+                _main_call = outer_call
             broken = watch.end()
             if broken:  # whatever the call returned or raised, the streams it broke are the error
                 raise BackendMisbehaved(f"backend {name!r} {broken} in {what} (parity restored them; a backend "
@@ -117,7 +147,7 @@ def call_backend(name: str, what: str, fn: Callable[[], T], work: int = 1) -> T:
             raise
         raise _crashed(name, what, exc) from None
     except ParityError as exc:
-        if type(exc) in CORE_ERRORS:
+        if is_own_error(exc):
             raise type(exc)(one_line(_text(exc))) from None
         raise BackendMisbehaved(f"backend {name!r} failed in {what}: {describe_exception(exc)}") from None
     except BaseException as exc:  # SystemExit, GeneratorExit, custom BaseException, any Exception
@@ -144,7 +174,7 @@ GRACE_S = 2.0  # after a deadline: the stop raised again every RERAISE_S, then t
 RERAISE_S = 0.25
 _MAX_TIMER_S = 1e8  # what signal.setitimer holds on every platform (x cases can pass MAX_SECONDS)
 _local = threading.local()  # per thread: `armed` (a deadline runs), `backend` (whose call this is)
-_hard_stop_hooks: list[Callable[[str], None]] = []
+_hard_stop_hooks: list[Callable[[str, int], None]] = []
 _hard_stop_lock = threading.Lock()
 
 
@@ -159,9 +189,9 @@ def current_backend() -> str | None:
 
 
 @contextmanager
-def hard_stop_hook(hook: Callable[[str], None]) -> Iterator[None]:
-    """While inside: `hook(line)` is called (never raising into the stop) before a hard stop ends the process,
-    e.g. to leave `--json` marked unusable (parity_harness/_cli/main.py)."""
+def hard_stop_hook(hook: Callable[[str, int], None]) -> Iterator[None]:
+    """While inside: `hook(line, exit_code)` is called (never raising into the stop) before a hard stop ends the
+    process, e.g. to leave `--json` marked unusable (parity_harness/_cli/main.py)."""
     with _hard_stop_lock:
         _hard_stop_hooks.append(hook)
     try:
@@ -172,24 +202,26 @@ def hard_stop_hook(hook: Callable[[str], None]) -> Iterator[None]:
                 _hard_stop_hooks.remove(hook)
 
 
-def hard_stop(line: str) -> None:
-    """End the process now: the hooks, the streams flushed (bounded), `parity: error: LINE` on fd 2, exit 2.
+def hard_stop(line: str, interrupted: bool = False) -> None:
+    """End the process now: the hooks, the streams flushed (bounded), `parity: error: LINE` on fd 2, exit 2
+    (`interrupted`: `parity: interrupted: LINE`, exit 130).
 
     For a backend that cannot be stopped in-process: it caught or masked every stop, or sits in native code.
     `os._exit`, so no thread a backend holds and no handler it installed can keep the process alive."""
-    from parity_harness._cli.exit_codes import BAD_INPUT  # the code is the CLI's to choose (exit_codes.py)
+    from parity_harness._cli.exit_codes import BAD_INPUT, INTERRUPTED  # the CLI's codes (exit_codes.py)
 
+    code, head = (INTERRUPTED, "interrupted") if interrupted else (BAD_INPUT, "error")
     with _hard_stop_lock:
         hooks = list(_hard_stop_hooks)
     for hook in hooks:
         with contextlib.suppress(BaseException):
-            hook(line)
+            hook(line, code)
     flusher = threading.Thread(target=_flush_streams, daemon=True)  # a backend may hold a stream's lock
     flusher.start()
     flusher.join(1.0)
     with contextlib.suppress(OSError):
-        os.write(2, f"parity: error: {one_line(line)}\n".encode("utf-8", "backslashreplace"))
-    os._exit(BAD_INPUT)
+        os.write(2, f"parity: {head}: {one_line(line)}\n".encode("utf-8", "backslashreplace"))
+    os._exit(code)
 
 
 def _flush_streams() -> None:

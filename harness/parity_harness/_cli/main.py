@@ -116,11 +116,11 @@ def _unusable_json_on_error(args: argparse.Namespace, command: str) -> Iterator[
     stop in-process ends the process (`guard.hard_stop`), which marks it first.
     """
 
-    def mark(line: str) -> None:
+    def mark(line: str, code: int) -> None:
         if args.json is not None:
             from parity_harness._views.console import write_unusable_json
 
-            write_unusable_json(Path(args.json), command, line, BAD_INPUT, str(getattr(args, "fixture", "") or ""))
+            write_unusable_json(Path(args.json), command, line, code, str(getattr(args, "fixture", "") or ""))
 
     try:
         with hard_stop_hook(mark):

@@ -7,6 +7,7 @@ computes a perfect answer (a copy of the golden taps) or none at all, and misbeh
 
 from __future__ import annotations
 
+import contextlib
 import io
 import signal
 import sys
@@ -88,4 +89,15 @@ class ReplacesStderr(Perfect):
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         sys.stderr = io.StringIO()
+        return golden_copy(fixture, precision)
+
+
+class SwallowsOnce(Perfect):
+    """Waits; the first exception that reaches it (a Ctrl-C's, SIGTERM's) is swallowed, then a perfect answer."""
+
+    name: ClassVar[str] = "deadline-swallows-once"
+
+    def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
+        with contextlib.suppress(BaseException):  # the point of this backend: the interrupt swallowed
+            time.sleep(3600)
         return golden_copy(fixture, precision)
