@@ -5,6 +5,12 @@ backend, the precision, the fixture it was computed for (its id, parity_harness/
 platform and the writer's parity version. `parity run --save-outputs DIR` writes one per backend x
 precision it ran; `parity compare DUMP ...` judges dumps against the fixture's goldens exactly as
 `parity run` judges live backends. The format and its rules are in docs/dump-format.md.
+
+Safetensors data is little-endian, and the format has no byte-order flag. A tensor written big-endian (its
+bytes swapped: correct numbers from a big-endian writer) is bad input, never a disagreement: `byte_swapped`
+tells it from numbers that are merely wrong (read as little-endian, a share of its values are no float a
+computation gives, subnormal or beyond 1e10, while read with its bytes swapped every value is ordinary), and
+`read_dump` refuses it naming the file and the tensor (exit 2). Arrays are handed on in native byte order.
 """
 
 from __future__ import annotations
@@ -272,6 +278,12 @@ def read_dump(path: Path, fixture: Fixture, fid: str) -> Dump:
             raise DumpError(f"{path}: holds tap {extra[0]!r}, which its metadata 'taps' does not list")
     supported = declared if declared is not None else [t for t in fixture.tap_names if t in holds]
     output = _load_tensors(path, fixture)
+    for case, taps in output.items():  # written big-endian: a malformed file, before any value is judged
+        for tap, array in taps.items():
+            if byte_swapped(array):
+                raise DumpError(f"{path}: tensor '{case}/{tap}' was written big-endian (read as safetensors' "
+                                "little-endian its values are subnormal or beyond 1e10, its bytes swapped they are "
+                                "ordinary numbers): write the data little-endian (docs/dump-format.md)")
     for case, taps in output.items():  # an fp16/bf16 dump holds float32 tensors of that precision's values
         for tap, array in taps.items():
             index = unrepresentable(array, precision)
@@ -279,6 +291,35 @@ def read_dump(path: Path, fixture: Fixture, fid: str) -> Dump:
                 raise DumpError(f"{path}: tensor '{case}/{tap}' holds {float(array[index])!r} at {list(index)}, not a "
                                 f"{precision} value (a {precision} dump holds float32 tensors of {precision} values)")
     return Dump(path, meta["backend"], precision, meta, supported, output)
+
+
+# The magnitudes of the values a computation of this model gives, by dtype: zero, infinities (masked scores), and
+# normal numbers up to 1e10. A tensor's bytes read in the wrong order give, for each value, an exponent taken
+# from its lowest mantissa bits: about a third to a half of them fall outside.
+_ORDINARY = {np.dtype(np.float32): (float(np.finfo(np.float32).tiny), 1e10),
+             np.dtype(np.float64): (1e-300, 1e10)}
+SWAPPED_SHARE = 0.125  # the share of non-zero values read out of the ordinary that marks a tensor byte-swapped
+
+
+def _ordinary(array: np.ndarray) -> np.ndarray:
+    """Per cell (like `array`): zero, an infinity, or a normal number of magnitude at most 1e10."""
+    low, high = _ORDINARY[array.dtype.newbyteorder("=")]
+    magnitude = np.abs(array)  # like array
+    return (array == 0) | np.isinf(array) | ((magnitude >= low) & (magnitude <= high))  # type: ignore[no-any-return]
+
+
+def byte_swapped(array: np.ndarray) -> bool:
+    """True when `array` (float32 or float64, as read) holds numbers written in the other byte order: with its bytes
+    swapped every value is ordinary (`_ORDINARY`), as read at least `SWAPPED_SHARE` of its non-zero values are not.
+    A wrong result in the right order is not swapped: its swapped bytes are not all ordinary."""
+    if array.dtype.newbyteorder("=") not in _ORDINARY or array.size == 0:
+        return False
+    with np.errstate(all="ignore"):
+        nonzero = int(np.count_nonzero(array))
+        odd = array.size - int(np.count_nonzero(_ordinary(array)))
+        if nonzero == 0 or odd < SWAPPED_SHARE * nonzero:
+            return False
+        return bool(_ordinary(array.byteswap()).all())
 
 
 def _load_tensors(path: Path, fixture: Fixture) -> BackendOutput:
@@ -289,7 +330,10 @@ def _load_tensors(path: Path, fixture: Fixture) -> BackendOutput:
         with safe_open(str(path), framework="numpy") as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 case, _, tap = key.partition("/")
-                output[case][tap] = f.get_tensor(key)
+                array = f.get_tensor(key)
+                if not array.dtype.isnative:  # safetensors' little-endian on a big-endian host: native order
+                    array = array.astype(array.dtype.newbyteorder("="))
+                output[case][tap] = array
     except (SafetensorError, OSError, ValueError, TypeError) as exc:
         raise DumpError(f"{path}: not a readable safetensors file ({exc})") from None
     return output
