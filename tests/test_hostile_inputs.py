@@ -197,7 +197,8 @@ def test_tolerances_in_force_are_in_every_report(toy_dir: Path, tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     manifest = json.loads((toy_dir / "manifest.json").read_text())
     want = manifest["tolerances"]
-    line = "tolerances: fp32 atol 1e-05, rtol 1e-05; fp64 atol 1e-12; manifest_sha256 "
+    line = ("tolerances: fp32 atol 1e-05, rtol 1e-05; fp64 atol 1e-12; reduced atol c x eps x M_tap: fp16 c 32, "
+            "bf16 c 32; manifest_sha256 ")
     assert proc.stdout.splitlines()[-2].startswith(line)
     data = json.loads(out["json"].read_text())
     assert data["tolerances"] == want and data["loose"] is False

@@ -202,6 +202,7 @@ def rows_reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RowsRuns]
 def test_rows_are_on_the_tolerances_line(rows_reports: RowsRuns) -> None:
     line = rows_reports[2].stdout.splitlines()[-2]
     assert line.startswith("tolerances: fp32 atol 1e-05, rtol 1e-05; fp64 atol 1e-12; "
+                           "reduced atol c x eps x M_tap: fp16 c 32, bf16 c 32; "
                            "rows: last 1 position of 43 taps (hook_embed .. logit_lens.2); manifest_sha256 "), line
 
 

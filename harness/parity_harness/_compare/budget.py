@@ -187,3 +187,92 @@ def format_budget(rows: list[BudgetRow], tap_order: list[str]) -> list[str]:
         lines.append(f"{'worst (units)':<{width}}  {'':>7}  " + "  ".join(f"{x:>{w}}" for x, w in zip(worst, widths,
                                                                                                         strict=True)))
     return lines
+
+
+# The aggregate rule (docs/tolerances.md, "Systematic error"): what the per-cell bound lets through when
+# every cell is a little wrong the same way. Over every case's finite cells of a tap, e = a - t (a the
+# backend's value, t the float64 golden), two statistics in units of the precision's eps:
+#   gain   G = sum(t * e) / sum(t * t) / eps         (the least-squares gain error through the origin)
+#   offset B = mean(e) / (rms(t) * eps)              (the mean error, relative to the tap's size)
+# Both are ratios of streaming sums (one case in memory), and both stay small for round-off, which
+# has no sign; a backend returning every value x (1 + g) has G = g / eps, one adding d has B = d / (rms * eps).
+# A fixture whose measured budget needs a per-cell atol k times its tier's default at a tap (a per-tap
+# override: ill-conditioned taps, magnitudes carried from upstream) has round-off k times larger there,
+# its systematic part included, so each is judged per unit of `allowance` = max(1, atol_tap / atol_default),
+# atol_default the one `parity export` writes (1 at the default tolerance, and in the reduced precisions,
+# whose per-tap rule has no override).
+
+
+@dataclass
+class SystematicRow:
+    """One backend x precision x tap's systematic error against the float64 truth, over every case."""
+
+    backend: str
+    precision: str
+    tap: str
+    cells: int  # finite cells measured (t and a finite)
+    gain: float  # sum(t e) / sum(t t): the relative gain error (0 when there are no cells)
+    offset: float  # mean(e) / rms(t): the mean error relative to the tap's rms (0 when there are no cells)
+    eps: float  # the precision's eps: the unit of both
+    allowance: float = 1.0  # max(1, the tap's per-cell atol / the exported default atol): the fixture's own budget
+
+    @property
+    def gain_eps(self) -> float:
+        return abs(self.gain) / self.eps
+
+    @property
+    def offset_eps(self) -> float:
+        return abs(self.offset) / self.eps
+
+    @property
+    def units(self) -> float:
+        """What the bound is compared with: the larger of |G| and |B| in eps, per unit of `allowance`."""
+        return max(self.gain_eps, self.offset_eps) / self.allowance
+
+
+class SystematicAccumulator:
+    """The streaming sums of the aggregate rule per tap: count, sum(t e), sum(t t), sum(e); nothing of a case kept."""
+
+    def __init__(self, backend: str, precision: str, eps: float, tap_names: list[str], supported: list[str],
+                 allowance: Mapping[str, float] | None = None) -> None:
+        """`allowance`: {tap: max(1, atol_tap / atol_default)} (absent: 1)."""
+        self.backend, self.precision, self.eps = backend, precision, eps
+        self.taps = [t for t in tap_names if t in set(supported)]
+        self.sums: dict[str, list[float]] = {t: [0.0, 0.0, 0.0, 0.0] for t in self.taps}
+        self.allowance = {t: max(1.0, (allowance or {}).get(t, 1.0)) for t in self.taps}
+
+    def add_case(self, output: Mapping[str, np.ndarray | None], truth: Mapping[str, np.ndarray]) -> None:
+        """One case: `output` {tap: array} (rows already selected as the golden keeps them), `truth` the fp64 golden."""
+        for tap in self.taps:
+            a, t = output.get(tap), truth.get(tap)
+            if a is None or t is None:
+                continue
+            try:
+                a = np.asarray(a, dtype=np.float64)
+            except (TypeError, ValueError):  # not numbers: the per-cell check fails it
+                continue
+            if a.shape != t.shape:
+                continue  # the per-cell check fails a shape mismatch
+            t = np.asarray(t, dtype=np.float64)
+            with np.errstate(invalid="ignore", over="ignore"):  # -inf - -inf (masked scores): left out below
+                e = a - t
+            finite = np.isfinite(e)
+            if not finite.all():
+                e, t = e[finite], t[finite]
+            else:
+                e, t = e.ravel(), t.ravel()
+            s = self.sums[tap]
+            s[0] += e.size
+            s[1] += float(np.dot(t, e))
+            s[2] += float(np.dot(t, t))
+            s[3] += float(e.sum())
+
+    def rows(self) -> list[SystematicRow]:
+        out = []
+        for tap in self.taps:
+            n, te, tt, se = self.sums[tap]
+            gain = te / tt if tt > 0 else 0.0
+            offset = (se / n) / math.sqrt(tt / n) if n and tt > 0 else 0.0
+            out.append(SystematicRow(self.backend, self.precision, tap, int(n), gain, offset, self.eps,
+                                     self.allowance[tap]))
+        return out

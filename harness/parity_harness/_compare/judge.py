@@ -52,6 +52,11 @@ COARSER_GRIDS: dict[str, tuple[tuple[Precision, int], ...]] = {"fp32": (("bf16",
 # bf16's grid with odds 1/8 a cell, so (1/8)^16 = 2^-48 for a false alarm; fp32 on bf16's, (2^-16)^16.
 MIN_GRID_CANDIDATES = 16
 
+# The case of the one check a tap that fails the aggregate rule adds (a gain or an offset over every case,
+# `_run/runner.py`'s CaseJudge; docs/tolerances.md, "Systematic error"): no case of a fixture has this name
+# (a case's name holds no '/').
+SYSTEMATIC_CASE = "(all/cases)"
+
 
 @dataclass
 class TensorComparison:

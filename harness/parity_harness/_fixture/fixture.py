@@ -46,7 +46,7 @@ from parity_harness._fixture.manifest import (
     parse_manifest,
     thaw_json,
 )
-from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude
+from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude, tap_range
 from parity_reference.config import param_shapes
 from parity_reference.taps import tap_shape_template
 
@@ -372,7 +372,8 @@ class Fixture:
 
     def reduced_tolerance(self, precision: Precision, tap: str) -> Tolerance:
         """A reduced precision's tolerance at a tap, in either golden tier: atol c * eps * M_tap, rtol 0."""
-        return Tolerance(reduced_atol(precision, self.spec.reduced_c[precision], self.tap_magnitudes()[tap]), 0.0)
+        return Tolerance(reduced_atol(precision, self.spec.reduced_c[precision], self.tap_magnitudes()[tap],
+                                      tap_range(self.config, tap)), 0.0)
 
     def golden_tap(self, precision: Precision, case: str, tap: str) -> np.ndarray:
         """One golden tensor of one case (read-only), read on its own (the diagnosis of a failing tap needs one)."""
@@ -486,6 +487,7 @@ class Fixture:
                           **copy.deepcopy(rows)}
                       for p, t in self.tolerances.items()},
             "loose": list(self.loose),
+            "reduced_c": dict(self.spec.reduced_c),  # c of each reduced precision's atol c * eps * M_tap
             "manifest_sha256": self.seal,
         }
 

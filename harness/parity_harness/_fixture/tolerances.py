@@ -45,6 +45,15 @@ REDUCED_C: dict[Precision, float] = {"fp16": 32.0, "bf16": 32.0}
 REDUCED_C_CEILING = 4.0  # a manifest's c may be at most this many times the default
 
 
+# The aggregate rule's bound (docs/tolerances.md, "Systematic error"): a tap fails when its gain error or its
+# offset over every case (`_compare/budget.py`, `SystematicRow`) exceeds this many of the precision's eps, per
+# unit of the tap's allowance (its per-cell atol over the tier's default, at least 1). At least 3x the worst of
+# every honest built-in backend measured on the toy, the stress fixture, gpt2-mini and gpt2-small (fp32 4.34,
+# fp64 56.6, fp16 1.37, bf16 0.98), and at least 2x below the systematic errors the tiers must catch (fp16
+# x 0.99: 10.6; bf16 x 0.95: 6.6; fp32 + 1e-5 on the toy's blocks.0.hook_resid_mid: 91).
+SYSTEMATIC_BOUND: dict[Precision, float] = {"fp32": 16.0, "fp64": 200.0, "fp16": 4.5, "bf16": 3.0}
+
+
 @dataclass(frozen=True)
 class Ceiling:
     atol: float
@@ -126,9 +135,20 @@ def override_problems(
     return out
 
 
-def reduced_atol(precision: Precision, c: float, magnitude: float) -> float:
+def reduced_atol(precision: Precision, c: float, magnitude: float,
+                 bounds: tuple[float, float] | None = None) -> float:
     """The per-tap atol of a reduced precision: c * eps * M_tap (M at least float32's tiny, so a tap of
-    zeros gets an atol that only zeros pass)."""
+    zeros gets an atol that only zeros pass).
+
+    A bounded tap (`tap_range`) counts c only up to the measured default `REDUCED_C` and M only up to
+    the width of its range: a re-sealed c exists for the magnitudes round-off carries from upstream, which
+    a bounded tap's values do not grow with, and at the ceiling c (bf16: 128 x 2^-7 = 1) an atol of the
+    whole range would pass any values in it, uniform probabilities among them (docs/tolerances.md,
+    "Bounded taps"). At the default c this changes nothing: a bounded tap's M is within its width.
+    """
+    if bounds is not None:
+        c = min(c, REDUCED_C[precision])
+        magnitude = min(magnitude, bounds[1] - bounds[0])
     return c * EPS[precision] * max(magnitude, float(np.finfo(np.float32).tiny))
 
 

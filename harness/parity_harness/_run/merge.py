@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from parity_harness._backends.guard import one_line
 from parity_harness._compare.budget import GOLDEN_FP32, BudgetRow
-from parity_harness._compare.judge import FAIL, CheckResult, FirstDivergence, TapSummary
+from parity_harness._compare.judge import FAIL, SYSTEMATIC_CASE, CheckResult, FirstDivergence, TapSummary
 from parity_harness._compare.report import BackendRun, Report, read_from
 from parity_harness._core.input_files import MAX_REPORT_BYTES, InputFileError, read_input_bytes
 from parity_harness._core.status import RunStatus
@@ -252,7 +252,7 @@ def merge_reports(paths: list[Path]) -> Report:
             raise MergeError(f"{path}: judged with other tolerances than {first_path} "
                              f"(manifest_sha256 {seals[0]}... vs {seals[1]}...)")
         shard = read_shard(path, doc)
-        grid = ({r.case for r in shard.results}, {r.tap for r in shard.results})
+        grid = ({r.case for r in shard.results if r.case != SYSTEMATIC_CASE}, {r.tap for r in shard.results})
         first_grid = first_grid or grid
         if grid != first_grid:
             raise MergeError(f"{path}: its results cover {len(grid[0])} cases x {len(grid[1])} taps, those of "
@@ -295,7 +295,7 @@ def merge_reports(paths: list[Path]) -> Report:
 def _tolerances(doc: dict[str, Any]) -> dict[str, Any]:
     """The tolerances a report was judged with, as `Fixture.tolerance_summary()` gives them."""
     return {"tiers": doc.get("tolerances", {}), "loose": list(doc.get("tolerances_loose", [])),
-            "manifest_sha256": str(doc.get("manifest_sha256", ""))}
+            "reduced_c": dict(doc.get("reduced_c", {})), "manifest_sha256": str(doc.get("manifest_sha256", ""))}
 
 
 def _read_decoding(path: Path, dec: dict[str, Any]) -> DecodingReport:

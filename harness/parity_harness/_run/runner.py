@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
@@ -22,10 +23,16 @@ from parity_harness._backends import sessions
 from parity_harness._backends.base import BackendOutput, Precision
 from parity_harness._backends.boundary import AnyBackend, GuardedBackend, guarded
 from parity_harness._backends.guard import one_line
-from parity_harness._compare.budget import BudgetAccumulator, reference_rows
+from parity_harness._compare.budget import (
+    BudgetAccumulator,
+    SystematicAccumulator,
+    SystematicRow,
+    reference_rows,
+)
 from parity_harness._compare.judge import (
     FAIL,
     NOT_SUPPORTED,
+    SYSTEMATIC_CASE,
     CheckResult,
     FirstDivergence,
     fold,
@@ -34,9 +41,10 @@ from parity_harness._compare.judge import (
 )
 from parity_harness._compare.report import BackendRun, Report, read_from
 from parity_harness._core.errors import ParityError
-from parity_harness._core.precision import DEFAULT_PRECISIONS, is_reduced, tiers_for
+from parity_harness._core.precision import DEFAULT_PRECISIONS, EPS, is_reduced, tiers_for
 from parity_harness._core.status import RunStatus
 from parity_harness._fixture.fixture import Case, Fixture, row_axis
+from parity_harness._fixture.tolerances import FP32_ATOL, FP64_ATOL, SYSTEMATIC_BOUND
 from parity_reference.taps import tap_shape_template
 
 
@@ -238,30 +246,40 @@ def survivors_frozen(wanted: bool) -> Iterator[bool]:
 
 
 class CaseJudge:
-    """Judges one (backend, precision) output case by case: tier results and the budget, then `finish`."""
+    """Judges one (backend, precision) output case by case: tier results, the aggregate rule and the budget,
+    then `finish`."""
 
     def __init__(self, fixture: Fixture, name: str, precision: Precision, supported: list[str],
                  budget: bool = True) -> None:
         self.fixture, self.name, self.precision, self.supported = fixture, name, precision, supported
         self.by_tier: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers_for(precision)}
         self.budget = BudgetAccumulator(name, precision, fixture.tap_names, supported) if budget else None
+        # The aggregate rule against the float64 truth (docs/tolerances.md, "Systematic error"), always judged.
+        self.systematic = SystematicAccumulator(name, precision, EPS[precision], fixture.tap_names, supported,
+                                                systematic_allowance(fixture, precision))
         self.causes: dict[tuple[str, str, str], str] = {}  # (tier, case, tap) -> its likely cause
 
     def add(self, case: Case, taps: dict[str, np.ndarray]) -> None:
-        """Compare one case in each tier, one golden tier in memory at a time, and add it to the budget."""
-        cut = {t: self.fixture.select_rows(t, case, a) for t, a in taps.items()} if self.budget else {}
+        """Compare one case in each tier, one golden tier in memory at a time; add it to the aggregate rule's
+        sums and the budget."""
+        cut = {t: self.fixture.select_rows(t, case, a) for t, a in taps.items() if a is not None}
         # The budget's truth is the float64 golden, its magnitudes measured once per fixture, not per backend.
         magnitudes = self.fixture.golden_magnitudes("fp64", case.name) if self.budget is not None else None
-        if self.budget is not None and "fp64" not in self.by_tier:
-            self.budget.add_case(case.name, cut, self.fixture.golden_case("fp64", case.name, self.supported),
-                                 magnitudes)
+        if "fp64" not in self.by_tier:
+            truth = self.fixture.golden_case("fp64", case.name, self.supported)
+            self.systematic.add_case(cut, truth)
+            if self.budget is not None:
+                self.budget.add_case(case.name, cut, truth, magnitudes)
+            del truth
         for tier in self.by_tier:  # the goldens of the taps the backend declares: no other is compared
             golden = self.fixture.golden_case(tier, case.name, self.supported)
             results = compare_case(self.name, self.fixture, self.precision, case, taps, self.supported, tier, golden)
             self.by_tier[tier] += results
             self.diagnose_first(case, taps, tier, golden, results)
-            if tier == "fp64" and self.budget is not None:
-                self.budget.add_case(case.name, cut, golden, magnitudes)
+            if tier == "fp64":
+                self.systematic.add_case(cut, golden)
+                if self.budget is not None:
+                    self.budget.add_case(case.name, cut, golden, magnitudes)
             del golden
 
     def diagnose_first(self, case: Case, taps: dict[str, np.ndarray], tier: Precision,
@@ -292,13 +310,60 @@ class CaseJudge:
         if causes:
             self.causes[(tier, case.name, tap)] = "; ".join(causes)
 
+    def systematic_checks(self) -> list[CheckResult]:
+        """One failing check per tap whose aggregate error is beyond its bound (`SYSTEMATIC_BOUND`), in the
+        precision's first tier, case `SYSTEMATIC_CASE`; a tap within it adds nothing."""
+        tier = tiers_for(self.precision)[0]
+        bound = SYSTEMATIC_BOUND[self.precision]
+        out = []
+        for row in self.systematic.rows():
+            message = systematic_message(row, bound)
+            if message is None:
+                continue
+            at_tap = [r for r in self.by_tier[tier] if r.tap == row.tap and r.max_abs is not None]
+            worst = max(at_tap, key=lambda r: r.max_abs or 0.0, default=None)
+            atol, rtol = (worst.atol, worst.rtol) if worst is not None else (0.0, 0.0)
+            out.append(CheckResult(self.name, self.precision, tier, SYSTEMATIC_CASE, row.tap, FAIL, False, atol, rtol,
+                                   None if worst is None else worst.max_abs, None if worst is None else worst.max_rel,
+                                   math.inf, message=message))
+        return out
+
     def finish(self, report: Report) -> None:
+        self.by_tier[tiers_for(self.precision)[0]] += self.systematic_checks()
         report.results += [r for results in self.by_tier.values() for r in results]
         report.causes.update({(self.name, self.precision, tier, c, tap): cause
                               for (tier, c, tap), cause in self.causes.items()})
         report.supported[(self.name, self.precision)] = list(self.supported)
         if self.budget is not None:
             report.budget += self.budget.rows()
+
+
+EXPORTED_ATOL: dict[str, float] = {"fp32": FP32_ATOL, "fp64": FP64_ATOL}
+
+
+def systematic_allowance(fixture: Fixture, precision: Precision) -> dict[str, float]:
+    """{tap: max(1, its per-cell atol in force / the atol `parity export` writes for the tier)} in fp32 and fp64:
+    a per-tap override (the fixture's measured budget at that tap) or a loosened default widens the aggregate
+    bound as much as it widens each cell's; {} in the reduced precisions (their per-tap rule has no override)."""
+    if is_reduced(precision):
+        return {}
+    tolerances, default = fixture.tolerances[precision], EXPORTED_ATOL[precision]
+    return {tap: max(1.0, tolerances.for_tap(tap).atol / default) for tap in fixture.tap_names}
+
+
+def systematic_message(row: SystematicRow, bound: float) -> str | None:
+    """Why a tap fails the aggregate rule, in one line (the larger of its gain and offset, in eps), or None when
+    both are within `bound` eps per unit of the tap's own per-cell budget (`SystematicRow.allowance`)."""
+    if row.units <= bound:
+        return None
+    unit = f"eps{row.precision.removeprefix('fp')}"
+    what, value, units = max((("gain", row.gain, row.gain_eps), ("offset", row.offset, row.offset_eps)),
+                             key=lambda x: x[2])
+    scale = "" if what == "gain" else " x rms"
+    limit = f"{bound:g} {unit}" if row.allowance == 1.0 else \
+        f"{bound * row.allowance:.3g} {unit}: {bound:g} x the tap's atol / the exported default, {row.allowance:.3g}"
+    return (f"systematic: {what} {value:+.1e}{scale} = {units:.3g} {unit} over {row.cells} cells of every case "
+            f"(bound {limit}): each cell may pass, together they are a {what}")
 
 
 def add_output(

@@ -23,6 +23,7 @@ JSON schema (version 1), stable for CI scripts:
                      "fp64": {...}},      # "rows" only when the fixture has taps with rows (the last N compared)
       "tolerances_loose": [str],   # tolerances beyond their ceiling (--allow-loose-tolerances); [] normally
       "loose": bool,               # true when tolerances_loose is not empty: not a gate
+      "reduced_c": {"fp16": float, "bf16": float},  # c of each reduced precision's atol c * eps * M_tap
       "manifest_sha256": str,      # the fixture's seal: which manifest (tolerances included) was in force
       "taps_compared": {backend: {"compared": int, "of": int}},  # taps compared in any tier, of the fixture's
       "budget": [ {"backend", "precision", "tap", "status", "max_abs", "magnitude", "eps32_units",
@@ -272,7 +273,8 @@ def print_report(report: Report, out: TextIO, verbose: bool = False, budget: boo
 
 
 def tolerances_line(report: Report) -> str:
-    """The tolerances in force: 'tolerances: fp32 atol 1e-05, rtol 1e-05; fp64 atol 1e-12; manifest_sha256 ...'."""
+    """The tolerances in force: 'tolerances: fp32 atol 1e-05, rtol 1e-05; fp64 atol 1e-12; reduced atol c x eps x
+    M_tap: fp16 c 32, bf16 c 32; manifest_sha256 ...' (every reduced precision's c, as sealed)."""
     tiers = report.tolerances.get("tiers", {})
     parts = []
     for tier, t in tiers.items():
@@ -280,6 +282,9 @@ def tolerances_line(report: Report) -> str:
         if t["overrides"]:
             text += f" (+{len(t['overrides'])} per-tap override{'s' if len(t['overrides']) != 1 else ''})"
         parts.append(text)
+    reduced = report.tolerances.get("reduced_c", {})
+    if reduced:  # every reduced precision's c in force: its atol is c * eps * M_tap, rtol 0
+        parts.append("reduced atol c x eps x M_tap: " + ", ".join(f"{p} c {c:g}" for p, c in reduced.items()))
     rows = next((t["rows"] for t in tiers.values() if t.get("rows")), None)
     if rows:
         parts.append(rows_text(rows))
@@ -364,6 +369,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "tolerances": report.tolerances.get("tiers", {}),
         "tolerances_loose": list(report.tolerances.get("loose", [])),
         "loose": report.loose,
+        "reduced_c": dict(report.tolerances.get("reduced_c", {})),
         "manifest_sha256": report.tolerances.get("manifest_sha256", ""),
         "taps_compared": {b: {"compared": n, "of": total} for b, (n, total) in report.taps_compared().items()},
         **({"decoding": decoding_json(report.decoding)} if report.decoding is not None else {}),
