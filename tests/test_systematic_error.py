@@ -107,7 +107,10 @@ def test_a_systematic_error_fails_on_gpt2_mini(gpt2_mini: Path, inner: str, prec
                                                transform: Transform) -> None:
     report = _attack(gpt2_mini, inner, precision, transform)
     assert report.verdict == Verdict.DISAGREE
-    assert any(says in line for line in _systematic(report)), _systematic(report)
+    if precision == "fp32":  # gpt2-mini's residual is small: + 1e-5 breaks a cell's atol + rtol x |b| already
+        assert "blocks.0.hook_resid_mid" in {s.tap for s in report.summaries if s.passed is False}
+    else:
+        assert any(says in line for line in _systematic(report)), _systematic(report)
 
 
 @pytest.mark.parametrize(("inner", "precision"), [("numpy", "fp16"), ("pytorch", "bf16"), ("numpy", "fp32")])
