@@ -16,6 +16,7 @@ from parity_harness import api
 from parity_harness._backends.registry import backend_entry_points
 from parity_harness._compare.budget import SystematicRow
 from parity_harness._compare.judge import SYSTEMATIC_CASE
+from parity_harness._compare.report import Report
 from parity_harness._core.precision import PRECISIONS
 from parity_harness._fixture.tolerances import SYSTEMATIC_BOUND
 from parity_harness._run import runner
@@ -28,7 +29,7 @@ EXCLUDED: set[tuple[str, str, str]] = set()  # (fixture, backend, precision) run
 class _Measuring(runner.CaseJudge):
     """The run's own judge, keeping every tap's systematic row (passing or not) for the table."""
 
-    def finish(self, report: runner.Report) -> None:
+    def finish(self, report: Report) -> None:
         ROWS.extend((_FIXTURE[0], row) for row in self.systematic.rows())
         super().finish(report)
 
