@@ -327,6 +327,8 @@ def verdict_line(report: Report) -> str:
                 f"the runs before it: {counts}")
     if report.n_passed + report.n_failed == 0:
         return f"ERROR: nothing was compared; {counts}"
+    if report.named_uncompared():  # the Report's verdict (NOTHING_COMPARED), never a PASS line
+        return f"ERROR: {report.nothing_compared_reason()}; {counts} (tap x case checks)"
     decoding = decoding_verdict(report.decoding)
     if report.n_failed:
         names = ", ".join(sorted({f"{d.backend} {tier_label(d.precision, d.golden)}" for d in report.divergences}))
