@@ -467,7 +467,8 @@ class Fixture:
         clone._manifest = copy.deepcopy(self.manifest) if own else self.manifest  # `manifest`: a fresh copy here
         clone._files = copy.deepcopy(self._files)
         clone._vocab, clone._cases, clone._tap_names = list(self._vocab), list(self._cases), list(self._tap_names)
-        clone._tap_rows, clone._tolerances = dict(self._tap_rows), dict(self._tolerances)
+        clone._tap_rows = dict(self._tap_rows)
+        clone._tolerances = {p: _own_tier(t) for p, t in self._tolerances.items()}
         clone._loose = list(self._loose)
         clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
         clone._golden_files = dict(self._golden_files)  # each immutable: its header as a read-only mapping
@@ -490,6 +491,14 @@ class Fixture:
             "reduced_c": dict(self.spec.reduced_c),  # c of each reduced precision's atol c * eps * M_tap
             "manifest_sha256": self.seal,
         }
+
+
+def _own_tier(tier: TierTolerances) -> TierTolerances:
+    """A tier's tolerances as a backend's copy holds them: its own object, its overrides a plain dict. A backend that
+    edits them (even through `object.__setattr__` on the frozen dataclass) edits its copy, never the judge's."""
+    own = copy.copy(tier)
+    object.__setattr__(own, "overrides", dict(tier.overrides))
+    return own
 
 
 class BackendCopy(Fixture):
