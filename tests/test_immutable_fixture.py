@@ -177,3 +177,16 @@ def test_one_test_editing_the_plugin_fixture_cannot_make_another_pass(pytester: 
     second = result.matchreport("test_2_a_wrong_backend_still_fails")
     assert second.passed, f"{edit}: the edit of the first test let a wrong backend pass in the second: " \
                           f"{second.longreprtext[-800:]}"
+
+
+@pytest.mark.parametrize("through", ["tolerances", "spec.tolerances"])
+def test_a_backend_that_forces_its_copy_s_frozen_tolerances_loosens_nothing_of_the_judge_s(through: str) -> None:
+    """`object.__setattr__` on a frozen tier of the copy a backend is handed (the hostile decode-loosens-tolerances
+    plugin does it): the copy's tiers, and its parsed manifest's, are its own objects."""
+    fixture = api.load()
+    copy = fixture.for_backend()
+    tiers = copy.tolerances if through == "tolerances" else copy.spec.tolerances
+    for tier in tiers.values():
+        object.__setattr__(tier, "default", Tolerance(1e9, 1e9))
+    assert fixture.tolerances["fp32"].default == Tolerance(1e-5, 1e-5)
+    assert fixture.spec.tolerances["fp64"].default.atol == 1e-12

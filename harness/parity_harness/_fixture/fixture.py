@@ -19,6 +19,7 @@ is read-only, backed by immutable bytes, so no backend can change what the compa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 import stat
@@ -469,6 +470,7 @@ class Fixture:
         clone._vocab, clone._cases, clone._tap_names = list(self._vocab), list(self._cases), list(self._tap_names)
         clone._tap_rows = dict(self._tap_rows)
         clone._tolerances = {p: _own_tier(t) for p, t in self._tolerances.items()}
+        clone._spec = dataclasses.replace(self._spec, tolerances={p: _own_tier(t) for p, t in self._tolerances.items()})
         clone._loose = list(self._loose)
         clone._golden = {p: {c: dict(t) for c, t in g.items()} for p, g in self._golden.items()}
         clone._golden_files = dict(self._golden_files)  # each immutable: its header as a read-only mapping
