@@ -330,14 +330,15 @@ def test_plugin_hostile_name_is_refused_in_one_clean_line(plugin_dir: Path) -> N
 
 
 def test_plugin_hostile_description_and_declines_reason_in_a_passing_run(plugin_dir: Path, tmp_path: Path) -> None:
-    """A correct backend with a hostile description, one that declines with a hostile reason: PASS, every view safe."""
+    """A correct backend with a hostile description, one that declines with a hostile reason: named and compared
+    nothing, so exit 2 (issue 36), and every view still safe."""
     proc = run_plugin(plugin_dir, "run", "--backends", "numpy,text-perfect,text-declines", "--precision",
                       "fp64", "-q", "--junit", str(tmp_path / "r.xml"), "--markdown", str(tmp_path / "r.md"),
                       "--plot", str(tmp_path / "r.svg"))
-    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
-    assert_clean_terminal(proc.stdout, verdict="PASS")
+    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert_clean_terminal(proc.stdout, verdict="ERROR")
     assert_clean_terminal(proc.stderr)
-    assert "not supported (\\x1b[2K PASS: every backend agrees" in proc.stdout  # the reason too
+    assert "(\\x1b[2K PASS: every backend agrees" in proc.stdout  # the reason too
     root = assert_valid_junit(tmp_path / "r.xml")
     assert any("text-perfect" in s.get("name", "") for s in root.iter("testsuite"))
     assert_clean_markdown((tmp_path / "r.md").read_text(encoding="utf-8"))

@@ -138,7 +138,7 @@ def precisions_from(spec: object) -> list[Precision]:
             wanted.append(p)  # type: ignore[arg-type]
         else:
             raise ParityError(f"unknown precision {str(p)[:40]!r}: expected fp32, fp64, fp16, bf16, all (fp32, fp64) "
-                              "or a comma-separated list")
+                              "or a comma-separated list (--precision)")
     return list(dict.fromkeys(wanted))
 
 
