@@ -124,7 +124,7 @@ def plan(
     `backends=None`: every registered backend that runs by default (`parity run` without --backends)."""
     with _gate():
         return plan_run(backends, fixture, precisions, no_skip=no_skip, allow_loose_tolerances=allow_loose_tolerances,
-                        save_outputs=os.fspath(save_outputs) if isinstance(save_outputs, os.PathLike) else save_outputs)
+                        save_outputs=save_outputs)
 
 
 def run(

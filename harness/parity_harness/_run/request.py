@@ -19,6 +19,7 @@ the same one line, because there is no other path:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,7 +264,7 @@ def _check_dumps(directory: object, backends: list[GuardedBackend], precisions: 
     file, an unwritable directory)."""
     if directory is None:
         return None
-    if not isinstance(directory, (str, Path)) or not str(directory):
+    if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
         raise ParityError("--save-outputs: give the directory to write the dumps to")
     from parity_harness._run.dump import check_dump_names, check_writable, dump_name
 
@@ -302,13 +303,6 @@ def execute(plan: RunPlan, *, progress: object = None, keep_outputs: bool = Fals
     return report
 
 
-def run_request(backends: object, fixture: object = None, precisions: object = "all", **options: Any) -> Report:
-    """`plan_run` then `execute`, the options split between them: what `api.run` is."""
-    plan_keys = ("no_skip", "allow_loose_tolerances", "save_outputs")
-    plan = plan_run(backends, fixture, precisions, **{k: options.pop(k) for k in plan_keys if k in options})
-    return execute(plan, **options)
-
-
 __all__ = ["MAX_JOBS", "RunPlan", "Selection", "backend_from", "backends_from", "check_flag", "check_jobs",
            "execute", "fixture_from", "guarded_callback", "guarded_progress", "parse_names", "plan_run",
-           "precisions_from", "run_request", "select_backends"]
+           "precisions_from", "select_backends"]
