@@ -47,7 +47,9 @@ def test_pytorch_backend_agrees_and_writes_the_documented_json(toy_dir: Path, tm
     assert {r["status"] for r in report["runs"]} == {"ran"}
     # One line per backend x precision x tap in the terminal table.
     table = [ln for ln in proc.stdout.splitlines() if ln.startswith("pytorch ") and " vs " in ln]
-    assert len(table) == 3 * n_taps
+    assert len(table) == 3 and all(f" {n_taps}/{n_taps} " in ln and " ok " in ln for ln in table)  # a line per tier
+    verbose = run_cli("run", "-v", "--fixture", str(toy_dir), "--backends", "pytorch")
+    assert len([ln for ln in verbose.stdout.splitlines() if ln.startswith("pytorch ") and " vs " in ln]) == 3 * n_taps
 
 
 def perturb_weight(root: Path, name: str, index: tuple[int, ...], delta: float) -> None:
@@ -168,7 +170,7 @@ def test_a_backend_that_cannot_run_is_skipped_and_said_or_an_error_with_no_skip(
     node_backends = {"typescript", "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized"}
     assert "parity: run only when named (--backends): onnxruntime-webgpu" in proc.stdout.splitlines()
     n = len(node_backends)
-    assert proc.stdout.splitlines()[-1].endswith(f"{n} registered backend(s) skipped (missing dependencies)")
+    assert f"; {n} registered backend(s) skipped (missing dependencies); fixture " in proc.stdout.splitlines()[-1]
     report = json.loads(out.read_text())
     assert len(report["skipped"]) == n and any("'typescript' needs node" in line for line in report["skipped"])
     assert not node_backends & {r["backend"] for r in report["results"]}

@@ -107,7 +107,7 @@ def test_a_wrong_decoding_golden_fails_the_run_at_its_step_and_tap(fixture_copy:
     assert code == 1
     assert ("numpy decoding fp64 vs fp64: first divergence at step 2, blocks.1.attn.cache_v, prompt the_cat, "
             "head 1, position 4 ('the'), dim 2 [1, 4, 2]") in text
-    assert text.splitlines()[-1].startswith("FAIL: decoding disagreement in numpy fp64 vs fp64; ")
+    assert text.splitlines()[-1].startswith("FAIL: decoding disagreement in numpy fp64 vs fp64, first at ")
 
 
 def test_a_differing_greedy_token_is_a_near_tie_when_the_logits_agree(toy: Fixture) -> None:

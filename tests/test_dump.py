@@ -31,7 +31,8 @@ TAP = "blocks.0.hook_resid_mid"  # the tap the perturbation tests move
 def numpy_dumps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
     """`parity run --backends numpy --save-outputs D --json`: the dump directory, the run and its JSON."""
     root = tmp_path_factory.mktemp("numpy-dumps")
-    proc = run_cli("run", "--backends", "numpy", "--save-outputs", str(root / "D"), "--json", str(root / "run.json"))
+    proc = run_cli("run", "-v", "--backends", "numpy", "--save-outputs", str(root / "D"), "--json",
+                   str(root / "run.json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root / "D", proc, json.loads((root / "run.json").read_text())
 
@@ -50,7 +51,7 @@ def rewrite(src: Path, dst: Path, tensors: dict[str, np.ndarray] | None = None,
 
 
 def table(stdout: str) -> list[str]:
-    """The forward table (decoding lines, indented, are not part of a dump)."""
+    """The forward per-tap table of `-v` (decoding lines, indented, are not part of a dump)."""
     return [ln for ln in stdout.splitlines() if " vs " in ln and not ln.startswith("  ")]
 
 
@@ -60,11 +61,11 @@ def test_saved_dumps_compare_to_the_runs_verdict_table_and_counts(
     directory, run, run_json = numpy_dumps
     dumps = sorted(directory.iterdir())
     assert [d.name for d in dumps] == ["numpy.fp32.safetensors", "numpy.fp64.safetensors"]
-    proc = run_cli("compare", *map(str, dumps), "--json", str(tmp_path / "c.json"))
+    proc = run_cli("compare", "-v", *map(str, dumps), "--json", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert table(proc.stdout) == table(run.stdout) and len(table(proc.stdout)) == len(run_json["taps"]) > 0
     assert proc.stdout.splitlines()[-1] == run.stdout.splitlines()[-1]
-    assert f"numpy                  fp32  from dump {dumps[0]}" in proc.stdout
+    assert f"numpy fp32  from dump {dumps[0]}" in proc.stdout
     report = json.loads((tmp_path / "c.json").read_text())
     assert report["counts"] == run_json["counts"] and report["counts"]["passed"] > 0
     assert report["fixture_id"] == run_json["fixture_id"] == fixture_id(load_fixture(REPO / "fixtures" / "toy"))
@@ -235,7 +236,7 @@ def test_compare_writes_every_report_format(
 ) -> None:
     dump = numpy_dumps[0] / "numpy.fp64.safetensors"
     proc = run_cli("compare", str(dump), "--budget", "--junit", str(tmp_path / "j.xml"), "--markdown",
-                   str(tmp_path / "m.md"), "--plot", str(tmp_path / "p.svg"), "-v")
+                   str(tmp_path / "m.md"), "--plot", str(tmp_path / "p.svg"), "-vv")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Error budget against the float64 truth" in proc.stdout and "    grammar_0 " in proc.stdout
     suites = ET.parse(tmp_path / "j.xml").getroot()

@@ -138,7 +138,7 @@ def test_state_a_backend_cannot_change_what_it_is_compared_with(backend: str, tm
 @pytest.mark.parametrize("case", ["state-scales-weights-then-numpy"])
 def test_state_a_backend_that_scales_its_weights_does_not_break_the_next_one(case: str) -> None:
     """state-scales-weights doubles the weights it got (in place where it can): numpy, next, still agrees."""
-    proc = run_hostile("run", "--backends", "state-scales-weights,numpy", "-q")
+    proc = run_hostile("run", "-v", "--backends", "state-scales-weights,numpy", "-q")
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     numpy_rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("numpy ") and " vs " in ln]
     assert numpy_rows and all(" OK " in ln for ln in numpy_rows)

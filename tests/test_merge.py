@@ -25,7 +25,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subp
     out = {}
     for name, backends in [*((s, s) for s in SHARDS), ("both", ",".join(SHARDS))]:
         path = root / f"{name}.json"
-        proc = run_cli("run", "--backends", backends, "--json", str(path), "--save-outputs", str(root / name))
+        proc = run_cli("run", "-v", "--backends", backends, "--json", str(path), "--save-outputs", str(root / name))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         out[name] = (path, proc)
     return out
@@ -47,7 +47,7 @@ def test_two_shards_merge_to_the_verdict_and_counts_of_one_run_of_both(
     runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
 ) -> None:
     merged_json, junit, md = tmp_path / "merged.json", tmp_path / "merged.xml", tmp_path / "merged.md"
-    proc = run_cli("merge", *(str(runs[s][0]) for s in SHARDS), "--json", str(merged_json), "--junit", str(junit),
+    proc = run_cli("merge", "-v", *(str(runs[s][0]) for s in SHARDS), "--json", str(merged_json), "--junit", str(junit),
                    "--markdown", str(md))
     both_path, both = runs["both"]
     assert proc.returncode == both.returncode == 0, proc.stdout + proc.stderr
@@ -84,7 +84,7 @@ def test_a_failing_shard_makes_the_merge_fail(
     proc = run_cli("merge", str(tmp_path / "numpy.json"), str(runs["onnxruntime"][0]))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "numpy fp32 vs fp32: first divergence at logits, case grammar_0" in proc.stdout
-    assert proc.stdout.splitlines()[-1].startswith("FAIL: disagreement in numpy fp32 vs fp32;")
+    assert proc.stdout.splitlines()[-1].startswith("FAIL: disagreement in numpy fp32 vs fp32, first at logits;")
 
 
 @pytest.mark.parametrize(("change", "needle"), [
@@ -132,9 +132,10 @@ def test_merging_one_report_reproduces_its_table_structural_failures_included(
     tensors["grammar_0/hook_embed"][1, 1] = float("nan")
     del tensors["grammar_1/logits"]  # declared in the metadata's "taps": missing, no error to show
     save_file(tensors, str(tmp_path / "nan.safetensors"), metadata=meta)
-    judged = run_cli("compare", str(tmp_path / "nan.safetensors"), "--json", str(tmp_path / "nan.json"), "--budget")
+    judged = run_cli("compare", "-v", str(tmp_path / "nan.safetensors"), "--json", str(tmp_path / "nan.json"),
+                     "--budget")
     assert judged.returncode == 1, judged.stdout + judged.stderr
-    merged = run_cli("merge", str(tmp_path / "nan.json"), "--budget")
+    merged = run_cli("merge", "-v", str(tmp_path / "nan.json"), "--budget")
     assert merged.returncode == 1, merged.stdout + merged.stderr
     assert "max_abs inf" in judged.stdout and "max_abs -" in judged.stdout
     assert merged.stdout.splitlines()[1:] == judged.stdout.splitlines()[1:]  # all but the first line

@@ -133,14 +133,23 @@ def test_junit_parses_and_fails_exactly_the_affected_taps(
         n_skip = sum(1 for c in cases if c.find("skipped") is not None)
         assert (int(suite.get("tests", -1)), int(suite.get("failures", -1)), int(suite.get("skipped", -1))) == \
             (len(cases), n_fail, n_skip)
+        roots = []
         for c in cases:
-            failure = c.find("failure")
-            if failure is not None:
+            failure, skipped = c.find("failure"), c.find("skipped")
+            if failure is not None:  # the tier's first divergence: the one failure, with its paragraph
+                roots.append(str(c.get("name")))
                 failing.add((str(c.get("classname")), str(c.get("name"))))
-                assert "out of tolerance" in str(failure.get("message")) and failure.text
+                assert failure.get("type") == "first-divergence" and failure.text
+                assert "out of tolerance" in str(failure.get("message"))
+                assert "first divergence at" in failure.text and "Upstream agrees" in failure.text
+            elif skipped is not None and skipped.get("type") == "consequence":  # downstream of it
+                failing.add((str(c.get("classname")), str(c.get("name"))))
+                assert f"consequence of the first divergence at {roots[0]}" in str(skipped.get("message"))
+                assert skipped.text and "out of tolerance" in skipped.text
+        assert roots == [AFFECTED_BY_TIER[str(suite.get("name")).split(".")[-1]][0]]  # one root, the first tap
     assert sum(int(s.get("tests", 0)) for s in suites) == 3 * len(tap_names(2))
     assert int(top.get("tests", -1)) == sum(int(s.get("tests", 0)) for s in every)
-    assert int(top.get("failures", -1)) == len(failing) + decoding_failures
+    assert int(top.get("failures", -1)) == len(suites) + decoding_failures  # one failure per tier: its root
     # Exactly the taps the perturbation reaches, in every tier ...
     assert failing == {(f"parity.pytorch.{t}", tap) for t in TIERS for tap in AFFECTED_BY_TIER[t]}
     # ... which is also what the JSON report of the same run says failed.

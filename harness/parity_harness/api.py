@@ -17,8 +17,6 @@ a falsy Report or, from `assert_agrees`, a `ParityAssertionError`. See docs/api.
 
 from __future__ import annotations
 
-import io
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -64,7 +62,7 @@ BackendLike: TypeAlias = str | Backend | GuardedBackend  # a registered name, or
 FixtureLike: TypeAlias = Fixture | str | os.PathLike[str] | None  # a loaded fixture, a directory, or None: the toy
 PrecisionLike: TypeAlias = str | Sequence[str]  # "fp32", "fp64", "fp16", "bf16", "all" (fp32, fp64), or a list
 Format: TypeAlias = Literal["text", "json", "junit", "markdown"]
-FORMATS: tuple[str, ...] = ("text", "json", "junit", "markdown")
+FORMATS: tuple[str, ...] = ("text", "json", "junit", "markdown")  # the keys of _views/registry.py VIEWS
 
 
 class ParityAssertionError(AssertionError):
@@ -231,33 +229,11 @@ def render(report: Report, fmt: Format = "text", path: str | os.PathLike[str] | 
 
 
 def _render(report: Report, fmt: object, verbose: bool) -> str:
-    if fmt == "text":
-        from parity_harness._views.console import print_report
+    from parity_harness._views.registry import VIEWS, render_view
 
-        out = io.StringIO()
-        out.write(f"parity: fixture {report.fixture}\n")  # marks a written file as parity's (_core/output_paths.py)
-        print_report(report, out, verbose=verbose)
-        text = out.getvalue()
-    elif fmt == "json":
-        from parity_harness._views.console import report_json
-
-        text = json.dumps(report_json(report), indent=1, allow_nan=False) + "\n"
-    elif fmt == "junit":
-        import xml.etree.ElementTree as ET
-
-        from parity_harness._views.junit import junit_element
-
-        text = ET.tostring(junit_element(report), encoding="utf-8", xml_declaration=True).decode("utf-8")
-    elif fmt == "markdown":
-        from parity_harness._views.markdown import markdown_summary
-
-        text = markdown_summary(report)
-    else:
+    if not isinstance(fmt, str) or fmt not in VIEWS:
         raise ParityError(f"fmt {str(fmt)[:40]!r}: expected one of {', '.join(FORMATS)}")
-    return text
-
-
-LABELS = {"text": "text report", "json": "JSON report", "junit": "JUnit file", "markdown": "Markdown summary"}
+    return render_view(report, fmt, int(verbose))
 
 
 def _write(report: Report, path: str, text: str, fmt: str) -> None:
@@ -268,7 +244,9 @@ def _write(report: Report, path: str, text: str, fmt: str) -> None:
     protected: dict[str | Path, str] = {report.fixture: "the fixture directory"}
     protected.update(report.read_from)
     check_output_paths({"render path": path}, input_dirs=protected)
-    write_report_text(Path(path), text, LABELS[fmt])
+    from parity_harness._views.registry import VIEWS
+
+    write_report_text(Path(path), text, VIEWS[fmt].label)
 
 
 # -- asserting -------------------------------------------------------------------------------------

@@ -16,15 +16,16 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from parity_harness._backends.base import Precision
 from parity_harness._backends.guard import describe_exception, hard_stop_hook, one_line, sigint_handler
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._cli.exit_codes import AGREE, BAD_INPUT, DISAGREE, INTERRUPTED, for_verdict
+from parity_harness._cli.progress import ProgressLine
 from parity_harness._core.errors import BackendMisbehaved, ParityError, is_own_error
 from parity_harness._core.resources import stress_fixture_dir
 from parity_harness._core.sanitize import safe_streams, safe_text
@@ -61,18 +62,22 @@ def _run(args: argparse.Namespace) -> int:
         plans.append(plan)
         _print_plan(plan)
 
-    report = api.run(parse_names(args.backends), args.fixture, args.precision, no_skip=args.no_skip,
-                     allow_loose_tolerances=args.allow_loose_tolerances, save_outputs=args.save_outputs,
-                     progress=None if args.quiet else _progress_to(sys.stderr),
-                     on_plan=on_plan,
-                     budget=args.budget or args.json is not None, keep_on_crash=True, jobs=args.jobs)
+    progress = None if args.quiet else ProgressLine(sys.stderr)
+    try:
+        report = api.run(parse_names(args.backends), args.fixture, args.precision, no_skip=args.no_skip,
+                         allow_loose_tolerances=args.allow_loose_tolerances, save_outputs=args.save_outputs,
+                         progress=progress, on_plan=on_plan,
+                         budget=args.budget or args.json is not None, keep_on_crash=True, jobs=args.jobs)
+    finally:
+        if progress is not None:
+            progress.close()
     print_report(report, sys.stdout, verbose=args.verbose, budget=args.budget)
     _write_extra_reports(args, report, plans[0].fixture)
     _refuse_nothing_compared(report)
     if args.json is not None:  # last: a run that fails before here (exit 2) leaves the unusable marker instead
         write_json(report, Path(args.json))  # a crash: the runs before it, "passed": false, exit_code 2
     if report.crash is not None:
-        _print_error(report.crash, args.verbose)
+        _print_error(report.crash, args.verbose > 0)
     return for_verdict(report.verdict)
 
 
@@ -253,18 +258,6 @@ def _display(path: Path) -> str:
 
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _progress_to(stream: TextIO) -> Callable[[str], None]:
-    """Progress lines to `stream`, bound now: backends run on several threads (--jobs), and one that silences
-    third-party prints by swapping sys.stderr for a while must not swallow another's progress lines."""
-    lock = threading.Lock()
-
-    def say(msg: str) -> None:
-        with lock:
-            print(msg, file=stream, flush=True)
-
-    return say
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -642,7 +635,8 @@ def _port(text: str) -> int:
 def _report_options(parser: argparse.ArgumentParser, plot: bool = True) -> None:
     """The report options `parity run`, `parity compare` and `parity merge` share."""
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
-    parser.add_argument("-v", "--verbose", action="store_true", help="one line per case as well")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="the per-tap table (one line per backend x tier x tap); -vv adds one line per case")
     parser.add_argument("--budget", action="store_true",
                         help="add the error budget: every result against the float64 truth, in float32 epsilons")
     parser.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per backend x tier x tap")
@@ -676,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
             code = args.func(args)
             return code if code in (AGREE, DISAGREE) else BAD_INPUT
         except ParityError as exc:  # parity's own classes and a plugin's subclass alike: always 2
-            _print_error(exc, getattr(args, "verbose", False) is True)
+            _print_error(exc, _verbose(args))
             return BAD_INPUT
         except KeyboardInterrupt:  # a genuine Ctrl-C (a backend's own KeyboardInterrupt is caught earlier)
             print("parity: interrupted", file=sys.stderr)
@@ -730,6 +724,12 @@ def entry() -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def _verbose(args: argparse.Namespace) -> bool:
+    """-v given (a command without the option: False)."""
+    level = getattr(args, "verbose", 0)
+    return type(level) is int and level > 0
 
 
 def _print_error(exc: ParityError, verbose: bool) -> None:

@@ -15,21 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from parity_harness._compare.budget import BudgetRow
 from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary
+from parity_harness._compare.tree import BackendRun, ReportTree, build_tree
 from parity_harness._core.precision import BackendOutput
 from parity_harness._core.status import RunStatus, Verdict
 
 if TYPE_CHECKING:
     from parity_harness._compare.decoding import DecodingReport
     from parity_harness._core.errors import ParityError
-
-
-@dataclass
-class BackendRun:
-    backend: str
-    precision: str
-    seconds: float
-    status: RunStatus  # a backend that fails stops the run: status CRASHED (the error line in message), exit 2
-    message: str = ""
 
 
 def read_from(paths: Iterable[str | os.PathLike[str]], what: str) -> dict[str, str]:
@@ -69,6 +61,22 @@ class Report:
     # The backends asked for by name (`--backends`, the API's backends): each must compare something, or the
     # verdict is NOTHING_COMPARED (parity_harness/_run/request.py). Empty for the default selection.
     named: list[str] = field(default_factory=list)
+    # The report as a tree (`tree`), built on first use; from then on the Report is frozen. Not in JSON.
+    _tree: ReportTree | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if getattr(self, "_tree", None) is not None:
+            raise AttributeError(f"the report is finished (its tree was built): {name} cannot change")
+        object.__setattr__(self, name, value)
+
+    @property
+    def tree(self) -> ReportTree:
+        """The report as a tree (parity_harness/_compare/tree.py), built once, on first use; every view renders it.
+        Building it finishes the Report: no field can be set after."""
+        if self._tree is None:
+            object.__setattr__(self, "_tree", build_tree(self))
+        assert self._tree is not None
+        return self._tree
 
     @property
     def n_decoding_failed(self) -> int:

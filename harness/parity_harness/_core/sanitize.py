@@ -121,6 +121,12 @@ class SafeStream:
     def flush(self) -> None:
         self._stream.flush()
 
+    @property
+    def underlying(self) -> TextIO:
+        """The stream it writes to: for a caller that sanitizes its own text and adds terminal controls
+        (parity_harness/_cli/progress.py)."""
+        return self._stream
+
     def __getattr__(self, name: str) -> object:  # encoding, isatty, fileno, ...
         return getattr(self._stream, name)
 

@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
@@ -136,8 +137,8 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def tap_line(s: TapSummary, width: int) -> str:
-    label = f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
+def tap_line(s: TapSummary, width: int, names: int = 22) -> str:
+    label = f"{s.backend:<{names}} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
     if s.status == NOT_SUPPORTED:
         return f"{label}  n/a   not supported"
     verdict = "OK  " if s.passed else "FAIL"
@@ -195,10 +196,10 @@ def divergence_paragraph(d: FirstDivergence) -> str:
     return text
 
 
-def _not_supported_line(group: list[TapSummary]) -> str:
+def _not_supported_line(group: list[TapSummary], names: int = 22) -> str:
     s = group[0]
     taps = group[0].tap if len(group) == 1 else f"{len(group)} taps, {group[0].tap} .. {group[-1].tap}"
-    return f"{s.backend:<22} {tier_label(s.precision, s.golden):<12} not supported: {taps}"
+    return f"{s.backend:<{names}} {tier_label(s.precision, s.golden):<12} not supported: {taps}"
 
 
 def _emit(out: TextIO, line: str = "") -> None:
@@ -216,60 +217,93 @@ def print_budget(report: Report, out: TextIO) -> None:
         _emit(out, line)
 
 
-def print_report(report: Report, out: TextIO, verbose: bool = False, budget: bool = False) -> None:
-    """One line per backend x precision x tap (worst over cases), consecutive unsupported taps folded."""
-    width = max((len(s.tap) for s in report.summaries), default=10)
-    pending: list[TapSummary] = []
-    for s in [*report.summaries, None]:
-        if s is not None and s.status == NOT_SUPPORTED and (
-            not pending or (pending[0].backend, pending[0].precision, pending[0].golden)
-            == (s.backend, s.precision, s.golden)
-        ):
-            pending.append(s)
-            continue
-        if pending:
-            _emit(out, _not_supported_line(pending))
-            pending = [s] if s is not None and s.status == NOT_SUPPORTED else []
-            if pending:
+def tap_table(report: Report, out: TextIO, per_case: bool = False) -> None:
+    """`-v`: one line per backend x precision x tap (worst over cases), consecutive unsupported taps folded; with
+    `per_case` (`-vv`) one line per case under each compared tap. Then each run's time."""
+    tree = report.tree
+    width = max((len(t.tap) for tier in tree.tiers for t in tier.taps), default=10)
+    names = max((len(tier.backend) for tier in tree.tiers), default=7)
+    for tier in tree.tiers:
+        pending: list[TapSummary] = []
+        for node in [*tier.taps, None]:
+            if node is not None and node.status == NOT_SUPPORTED:
+                pending.append(node.summary)
                 continue
-        if s is None:
-            break
-        _emit(out, tap_line(s, width))
-        if verbose and s.status != NOT_SUPPORTED:
-            for r in report.results:
-                if (r.backend, r.precision, r.golden, r.tap) == (s.backend, s.precision, s.golden, s.tap):
+            if pending:
+                _emit(out, _not_supported_line(pending, names))
+                pending = []
+            if node is None:
+                break
+            line = tap_line(node.summary, width, names)
+            if node.after is not None:  # failing downstream of the tier's first divergence: said, not repeated
+                line += f"  (downstream of {node.after})"
+            _emit(out, line)
+            if per_case:
+                for r in node.checks:
                     mark = "OK  " if r.passed else "FAIL"
                     _emit(out, f"    {r.case:<20} {mark}  max_abs {num_text(r.max_abs)}  at {r.index}"
                                f"{'  ' + r.message if r.message else ''}")
     _emit(out)
-    for run in report.runs:
+    for run in tree.runs:
         if run.status == RunStatus.RAN:
-            _emit(out, f"{run.backend:<22} {run.precision}  ran in {run.seconds:.2f} s")
+            _emit(out, f"{run.backend:<{names}} {run.precision}  ran in {run.seconds:.2f} s")
         elif run.status == DUMP:
-            _emit(out, f"{run.backend:<22} {run.precision}  from dump {run.message}")
+            _emit(out, f"{run.backend:<{names}} {run.precision}  from dump {run.message}")
         elif run.status == RunStatus.CRASHED:
-            _emit(out, f"{run.backend:<22} {run.precision}  CRASHED after {run.seconds:.2f} s: {run.message}")
+            _emit(out, f"{run.backend:<{names}} {run.precision}  CRASHED after {run.seconds:.2f} s: {run.message}")
         else:
-            _emit(out, f"{run.backend:<22} {run.precision}  not supported ({run.message})")
+            _emit(out, f"{run.backend:<{names}} {run.precision}  not supported ({run.message})")
+
+
+def print_report(report: Report, out: TextIO, verbose: int | bool = 0, budget: bool = False) -> None:
+    """The run's story in order: what ran (one line per backend x tier; with `-v` the per-tap table, with `-vv`
+    every case too), the tolerances, every first divergence with its likely cause, and the verdict last.
+
+    Builds the report's tree (`Report.tree`): from here on the Report is frozen.
+    """
+    from parity_harness._views.overview import overview_lines
+
+    tree = report.tree
+    level = int(verbose)
+    if level:
+        tap_table(report, out, per_case=level > 1)
+        if report.decoding is not None and tree.decoding is not None:
+            from parity_harness._views.decoding import decoding_lines
+
+            _emit(out)
+            for line in decoding_lines(report.decoding, tree.decoding):
+                _emit(out, line)
+    else:
+        for line in overview_lines(report):
+            _emit(out, line)
     for note in report.restarts:  # an infrastructure flake the run recovered from: said, never hidden
         _emit(out, f"restarted: {note}")
-    if report.divergences:
-        _emit(out)
-        for d in report.divergences:
-            _emit(out, divergence_paragraph(d))
-    if report.decoding is not None:
-        from parity_harness._views.decoding import decoding_lines
-
-        _emit(out)
-        for line in decoding_lines(report.decoding):
-            _emit(out, line)
     if budget:
         print_budget(report, out)
     _emit(out)
     _emit(out, tolerances_line(report))
     if report.loose:
         _emit(out, loose_line(report))
+    for line in divergence_lines(report):
+        _emit(out)
+        _emit(out, line)
+    if tree.divergences:
+        _emit(out)
     _emit(out, verdict_line(report))
+
+
+def divergence_lines(report: Report) -> list[str]:
+    """Every first divergence as its paragraph: the decoding check's first, then the forward tiers', so the one
+    just above the verdict is the forward pass's (where a decoding divergence usually starts)."""
+    from parity_harness._views.decoding import divergence_paragraph as decoding_paragraph
+
+    tree = report.tree
+    lines = []
+    if tree.decoding is not None:
+        dec = tree.decoding.source
+        lines += [decoding_paragraph(d, dec.sequences.get(d.case, []), dec.vocab) for d in tree.decoding.divergences]
+    lines += [divergence_paragraph(t.divergence) for t in tree.tiers if t.divergence is not None]
+    return lines
 
 
 def tolerances_line(report: Report) -> str:
@@ -316,29 +350,44 @@ def compared_text(report: Report) -> str:
     return ", ".join(f"{b} {n}/{total}" for b, (n, total) in report.taps_compared().items())
 
 
+def fixture_text(report: Report) -> str:
+    """The fixture as the verdict names it: relative to the working directory when it is under it."""
+    path = report.fixture
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return rel if path and not rel.startswith("..") else path
+
+
 def verdict_line(report: Report) -> str:
+    """The last line: PASS, FAIL or ERROR, naming the fixture and, on a disagreement, the first diverging tap."""
     from parity_harness._views.decoding import decoding_verdict
+    from parity_harness._views.overview import first_tap_text
 
     n_ns = sum(1 for r in report.results if r.status == NOT_SUPPORTED)
     counts = f"{report.n_passed} passed, {report.n_failed} failed, {n_ns} not supported"
+    fixture = f"; fixture {fixture_text(report)}"  # last: a line cut at the terminal's edge keeps the verdict
     crashed = report.crashed
     if crashed is not None:  # never a pass, whatever the runs before it found
         return (f"ERROR: backend {crashed.backend} crashed ({crashed.precision}), the run stopped there; "
-                f"the runs before it: {counts}")
+                f"the runs before it: {counts}{fixture}")
     if report.n_passed + report.n_failed == 0:
-        return f"ERROR: nothing was compared; {counts}"
+        return f"ERROR: nothing was compared; {counts}{fixture}"
     if report.named_uncompared():  # the Report's verdict (NOTHING_COMPARED), never a PASS line
-        return f"ERROR: {report.nothing_compared_reason()}; {counts} (tap x case checks)"
+        return f"ERROR: {report.nothing_compared_reason()}; {counts} (tap x case checks){fixture}"
     decoding = decoding_verdict(report.decoding)
+    first = first_tap_text(report)
     if report.n_failed:
         names = ", ".join(sorted({f"{d.backend} {tier_label(d.precision, d.golden)}" for d in report.divergences}))
-        return f"FAIL: disagreement in {names}{'; ' + decoding if decoding else ''}; {counts} (tap x case checks)"
+        return (f"FAIL: disagreement in {names}{first}{'; ' + decoding if decoding else ''}; "
+                f"{counts} (tap x case checks){fixture}")
     if decoding:
-        return f"FAIL: {decoding}; {counts} (tap x case checks)"
+        return f"FAIL: {decoding}{first}; {counts} (tap x case checks){fixture}"
     skipped = f"; {len(report.skipped)} registered backend(s) skipped (missing dependencies)" if report.skipped else ""
     verdict = "PASS (LOOSE TOLERANCES)" if report.loose else "PASS"
     return (f"{verdict}: every backend agrees on every tap it was compared on (taps compared: "
-            f"{compared_text(report)}); {counts} (tap x case checks){skipped}")
+            f"{compared_text(report)}); {counts} (tap x case checks){skipped}{fixture}")
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -378,10 +427,26 @@ def report_json(report: Report) -> dict[str, Any]:
     })
 
 
+def report_text(report: Report, verbose: int = 0) -> str:
+    """The terminal report as text (the "text" view: `api.render`), headed by the fixture line that marks a
+    written file as parity's (parity_harness/_core/output_paths.py)."""
+    import io
+
+    out = io.StringIO()
+    out.write(f"parity: fixture {report.fixture}\n")
+    print_report(report, out, verbose=verbose)
+    return out.getvalue()
+
+
+def report_json_text(report: Report, verbose: int = 0) -> str:
+    """The JSON report as text (the "json" view)."""
+    return json.dumps(report_json(report), indent=1, allow_nan=False) + "\n"
+
+
 def write_json(report: Report, path: Path) -> None:
     from parity_harness._core.output_paths import write_report_text
 
-    write_report_text(path, json.dumps(report_json(report), indent=1, allow_nan=False) + "\n", "JSON report")
+    write_report_text(path, report_json_text(report), "JSON report")
 
 
 def unusable_json(command: str, error: str, exit_code: int, fixture: str) -> dict[str, Any]:

@@ -17,14 +17,16 @@ from parity_harness._core.text import num_text, tier_label, tolerance_text
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from parity_harness._compare.tree import DecodingNode
+
 
 def _words(tokens: Sequence[int], vocab: Sequence[str]) -> str:
     """The words of token ids; the id itself where the vocabulary is unknown (a merged report)."""
     return " ".join(vocab[t] if 0 <= t < len(vocab) else str(t) for t in tokens)
 
 
-def greedy_line(g: GreedyCheck, vocab: Sequence[str]) -> str:
-    label = f"  {g.backend:<22} {g.precision:<12} greedy tokens"
+def greedy_line(g: GreedyCheck, vocab: Sequence[str], names: int = 22) -> str:
+    label = f"  {g.backend:<{names}} {g.precision:<12} greedy tokens"
     if g.status == GreedyStatus.OK:
         return f"{label}  OK    {g.prompt}: {_words(g.actual, vocab)}"
     k = g.first_step if g.first_step is not None else 0
@@ -64,14 +66,16 @@ def divergence_paragraph(d: FirstDivergence, tokens: Sequence[int], vocab: Seque
             f"The golden's top-2 logit margin at that step: {num_text(d.margin)}.")
 
 
-def decoding_lines(dec: DecodingReport) -> list[str]:
-    """The decoding section: one line per backend x tier x decoding tap, greedy tokens, then paragraphs."""
-    vocab, sequences = dec.vocab, dec.sequences
+def decoding_lines(dec: DecodingReport, node: DecodingNode) -> list[str]:
+    """The decoding section (`-v`): one line per backend x tier x decoding tap, then greedy tokens. The paragraphs
+    of its first divergences come with the forward tiers' (parity_harness/_views/console.py)."""
+    vocab = dec.vocab
     if not dec.available:
         return ["decoding: not checked: the fixture has no decoding goldens (no files.decoding in its manifest)"]
     lines = [f"decoding: {len(dec.prompts)} prompts, prefill + {dec.steps} steps each, incremental "
              "(key/value cache [H, T, d_head] per block) against the full forward"]
     width = max((len(t) for t in dec.taps), default=10)
+    names = max((len(t.backend) for t in node.tiers), default=7)
     for name in dec.prompts:
         seq = dec.sequences.get(name, [])
         if not seq:
@@ -79,37 +83,36 @@ def decoding_lines(dec: DecodingReport) -> list[str]:
         n_prompt = len(seq) - dec.steps - 1
         prompt, greedy = _words(seq[:n_prompt], vocab), _words(seq[n_prompt:], vocab)
         lines.append(f"  {name:<22} {prompt} | {greedy}  (golden, greedy)")
-    for s in dec.summaries:
-        label = f"  {s.backend:<22} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
-        line = (f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {num_text(s.max_abs)}  "
-                f"max_rel {num_text(s.max_rel)}  ({tolerance_text(s.atol, s.rtol)})")
-        if not s.passed:
-            line += f"  {s.n_failed}/{s.n_cases} prompt x step checks, worst {s.worst_case} step {s.worst_step}"
-        lines.append(line)
-    groups: dict[tuple[str, str], list[GreedyCheck]] = {}
-    for g in dec.greedy:
-        groups.setdefault((g.backend, g.precision), []).append(g)
-    for (backend, precision), rows in groups.items():
+    for tier in node.tiers:
+        for tap in tier.taps:
+            s = tap.summary
+            label = f"  {s.backend:<{names}} {tier_label(s.precision, s.golden):<12} {s.tap:<{width}}"
+            line = (f"{label}  {'OK  ' if s.passed else 'FAIL'}  max_abs {num_text(s.max_abs)}  "
+                    f"max_rel {num_text(s.max_rel)}  ({tolerance_text(s.atol, s.rtol)})")
+            if not s.passed:
+                line += f"  {s.n_failed}/{s.n_cases} prompt x step checks, worst {s.worst_case} step {s.worst_step}"
+                if tap.after is not None:
+                    line += f"  (downstream of {tap.after})"
+            lines.append(line)
+    for group in node.greedy:
+        rows = group.rows
         bad = [g for g in rows if g.status != GreedyStatus.OK]
         n = sum(len(g.expected) for g in rows)
         same = sum(a == b for g in rows for a, b in zip(g.actual, g.expected, strict=True))
         if not bad:
-            lines.append(f"  {backend:<22} {precision:<12} greedy tokens  OK    {same} of {n} equal the golden's")
-        lines += [greedy_line(g, vocab) for g in bad]
+            lines.append(f"  {group.backend:<{names}} {group.precision:<12} greedy tokens  OK    "
+                         f"{same} of {n} equal the golden's")
+        lines += [greedy_line(g, vocab, names) for g in bad]
     if dec.not_supported:
         lines.append(f"decoding not supported by: {', '.join(dec.not_supported)}")
     if not dec.runs:
         lines.append("decoding: not checked: no selected backend supports decoding")
     else:
         lines.append("decoded in: " + ", ".join(f"{r.backend} {r.precision} {r.seconds:.2f} s" for r in dec.runs))
-    if dec.runs:
         near = f", {dec.n_near_ties} near-tie(s) reported" if dec.n_near_ties else ""
         greedy_bad = sum(g.status == FAIL for g in dec.greedy)
         lines.append(f"decoding: {dec.n_passed} passed, {dec.n_failed - greedy_bad} failed (prompt x step x tap "
                      f"checks); greedy tokens: {greedy_bad} backend x prompt(s) differ{near}")
-    for d in dec.divergences:
-        lines.append("")
-        lines.append(divergence_paragraph(d, sequences.get(d.case, []), vocab))
     return lines
 
 

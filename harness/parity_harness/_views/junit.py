@@ -3,13 +3,18 @@
     <testsuites name="parity" tests= failures= errors= skipped=>
       <testsuite name="parity.<backend>.<precision>_vs_<golden>" tests= failures= errors= skipped=>
         <testcase classname="parity.<backend>.<precision>_vs_<golden>" name="<tap>">
-          <failure message="..." type="tolerance">every failing case, one line each</failure>
-          or <skipped message="not supported"/>
+          <failure message="..." type="first-divergence">the paragraph, every failing case</failure>
+          or <skipped type="consequence" message="consequence of the first divergence at TAP ..."/>
+          or <skipped message="not supported by this backend"/>
         </testcase>
       </testsuite>
     </testsuites>
 
-A testcase passes when the tap agrees in every case; its failure message is the worst case's.
+A testcase passes when the tap agrees in every case. A tier's first divergence is its one failure
+(`type="first-divergence"`: the message names the tap and the worst case, the text starts with the
+first-divergence paragraph and its likely cause, then every failing case, one line each); a failing tap
+downstream of it is `<skipped type="consequence" message="consequence of the first divergence at TAP ...">`
+with its failing cases as text, so a one-line bug is one failure, not one per tap it reaches.
 The decoding check, when the run made one, adds the same suites for its taps, named
 `parity.<backend>.<precision>_vs_<golden>.decoding` (one testcase per decoding tap, failing lines
 `case <prompt> step <k>: ...`: the same records, parity_harness/_compare/judge.py), and one suite
@@ -24,11 +29,12 @@ through `parity_harness._core.sanitize.xml_text` before it is written, so the fi
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
-from parity_harness._compare.decoding import GreedyCheck
-from parity_harness._compare.judge import FAIL, NOT_SUPPORTED, CheckResult, TapSummary
+from parity_harness._compare.judge import FAIL, NOT_SUPPORTED, CheckResult, FirstDivergence
 from parity_harness._compare.report import Report
+from parity_harness._compare.tree import GreedyNode, TapNode, TierNode
 from parity_harness._core.sanitize import xml_text
 from parity_harness._core.status import GreedyStatus
 from parity_harness._core.text import num_text
@@ -46,21 +52,35 @@ def _failure_line(r: CheckResult) -> str:
             f"got {r.actual!r}, expected {r.expected!r}; {r.n_bad} cell(s) out of tolerance")
 
 
-def _testcase(suite: ET.Element, s: TapSummary, results: list[CheckResult], suffix: str = "") -> None:
+def _testcase(suite: ET.Element, node: TapNode, tier: TierNode, suffix: str, paragraph: str) -> None:
+    s = node.summary
     case = ET.SubElement(suite, "testcase", classname=classname(s.backend, s.precision, s.golden) + suffix,
                          name=s.tap, time="0")
     if s.status == NOT_SUPPORTED:
         ET.SubElement(case, "skipped", message="not supported by this backend")
-    elif s.status == FAIL:
-        failing = [r for r in results if r.status == FAIL]
-        worst = next((r for r in failing if (r.case, r.step) == (s.worst_case, s.worst_step)),
-                     failing[0] if failing else None)
-        what = "cases" if s.worst_step is None else "prompt x step checks"
-        message = f"{s.tap}: {s.n_failed}/{s.n_cases} {what} out of tolerance"
-        if worst is not None:
-            message += "; worst " + _failure_line(worst)
-        failure = ET.SubElement(case, "failure", message=message, type="tolerance")
-        failure.text = "\n".join(_failure_line(r) for r in failing)
+        return
+    if s.status != FAIL:
+        return
+    failing = [r for r in node.checks if r.status == FAIL]
+    lines = "\n".join(_failure_line(r) for r in failing)
+    what = "cases" if s.worst_step is None else "prompt x step checks"
+    if node.after is not None:  # downstream of the tier's first divergence: a consequence, not a second failure
+        skipped = ET.SubElement(case, "skipped", type="consequence",
+                                message=f"consequence of the first divergence at {node.after} "
+                                        f"({s.n_failed}/{s.n_cases} {what} out of tolerance here)")
+        skipped.text = lines
+        return
+    worst = next((r for r in failing if (r.case, r.step) == (s.worst_case, s.worst_step)),
+                 failing[0] if failing else None)
+    message = f"{s.tap}: {s.n_failed}/{s.n_cases} {what} out of tolerance"
+    if node.root is not None:
+        where = f"{tier.backend} {tier.precision} vs {tier.golden}" + (" decoding" if suffix else "")
+        message = f"first divergence of {where}: {message}"
+    if worst is not None:
+        message += "; worst " + _failure_line(worst)
+    failure = ET.SubElement(case, "failure", message=message,
+                            type="first-divergence" if node.root is not None else "tolerance")
+    failure.text = (paragraph + "\n\n" if node.root is not None and paragraph else "") + lines
 
 
 def _suite(root: ET.Element, name: str, counts: dict[str, int], seconds: float, totals: dict[str, int]) -> ET.Element:
@@ -70,30 +90,25 @@ def _suite(root: ET.Element, name: str, counts: dict[str, int], seconds: float, 
                                              "time": f"{seconds:.3f}"})
 
 
-def _tier_suites(root: ET.Element, summaries: list[TapSummary], results: list[CheckResult],
-                 seconds: dict[tuple[str, str], float], suffix: str, totals: dict[str, int]) -> None:
-    """One suite per backend x precision x golden, one testcase per tap: forward taps and decoding taps alike."""
-    by_tier: dict[tuple[str, str, str], list[TapSummary]] = {}
-    for s in summaries:
-        by_tier.setdefault((s.backend, s.precision, s.golden), []).append(s)
-    by_tap: dict[tuple[str, str, str, str], list[CheckResult]] = {}
-    for r in results:
-        by_tap.setdefault((r.backend, r.precision, r.golden, r.tap), []).append(r)
-    for (backend, precision, golden), group in by_tier.items():
-        counts = {"tests": len(group), "failures": sum(1 for s in group if s.status == FAIL), "errors": 0,
-                  "skipped": sum(1 for s in group if s.status == NOT_SUPPORTED)}
-        suite = _suite(root, classname(backend, precision, golden) + suffix, counts,
-                       seconds.get((backend, precision), 0.0), totals)
-        for s in group:
-            _testcase(suite, s, by_tap.get((s.backend, s.precision, s.golden, s.tap), []), suffix)
+def _tier_suites(root: ET.Element, tiers: tuple[TierNode, ...], suffix: str, totals: dict[str, int],
+                 paragraph: Callable[[FirstDivergence], str]) -> None:
+    """One suite per backend x precision x golden, one testcase per tap: forward taps and decoding taps alike.
+    A tier's first divergence is its failure; the failing taps downstream of it are skipped as its consequences."""
+    for tier in tiers:
+        consequences = sum(1 for t in tier.taps if t.after is not None)
+        counts = {"tests": len(tier.taps), "failures": tier.n_failed - consequences, "errors": 0,
+                  "skipped": tier.n_not_supported + consequences}
+        suite = _suite(root, classname(tier.backend, tier.precision, tier.golden) + suffix, counts, tier.seconds,
+                       totals)
+        text = paragraph(tier.divergence) if tier.divergence is not None else ""
+        for node in tier.taps:
+            _testcase(suite, node, tier, suffix, text)
 
 
-def _greedy_suites(root: ET.Element, greedy: list[GreedyCheck], totals: dict[str, int]) -> None:
+def _greedy_suites(root: ET.Element, greedy: tuple[GreedyNode, ...], totals: dict[str, int]) -> None:
     """One suite per backend x precision, one testcase per prompt: its greedy tokens against the golden's."""
-    by_run: dict[tuple[str, str], list[GreedyCheck]] = {}
-    for g in greedy:
-        by_run.setdefault((g.backend, g.precision), []).append(g)
-    for (backend, precision), rows in by_run.items():
+    for node in greedy:
+        backend, precision, rows = node.backend, node.precision, node.rows
         counts = {"tests": len(rows), "failures": sum(1 for g in rows if g.status == GreedyStatus.FAIL),
                   "errors": 0, "skipped": 0}
         name = f"parity.{backend}.{precision}.greedy"
@@ -124,14 +139,17 @@ def junit_element(report: Report) -> ET.Element:
     ET.SubElement(props, "property", name="loose", value="true" if report.loose else "false")
     for i, problem in enumerate(report.tolerances.get("loose", [])):
         ET.SubElement(props, "property", name=f"loose.{i}", value=problem)
-    seconds = {(run.backend, run.precision): run.seconds for run in report.runs}
+    from parity_harness._views.console import divergence_paragraph
+    from parity_harness._views.decoding import divergence_paragraph as decoding_paragraph
+
+    tree = report.tree
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    _tier_suites(root, report.summaries, report.results, seconds, "", totals)
-    if report.decoding is not None:
-        dec = report.decoding
-        decode_seconds = {(run.backend, run.precision): run.seconds for run in dec.runs}
-        _tier_suites(root, dec.summaries, dec.checks, decode_seconds, ".decoding", totals)
-        _greedy_suites(root, dec.greedy, totals)
+    _tier_suites(root, tree.tiers, "", totals, divergence_paragraph)
+    if tree.decoding is not None:
+        dec = tree.decoding.source
+        _tier_suites(root, tree.decoding.tiers, ".decoding", totals,
+                     lambda d: decoding_paragraph(d, dec.sequences.get(d.case, []), dec.vocab))
+        _greedy_suites(root, tree.decoding.greedy, totals)
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)
@@ -154,6 +172,12 @@ def sanitized(root: ET.Element) -> ET.Element:
         if element.tail is not None:
             element.tail = xml_text(element.tail, newlines=True)
     return root
+
+
+def junit_text(report: Report, verbose: int = 0) -> str:
+    """The JUnit XML as text (the "junit" view)."""
+    data: bytes = ET.tostring(junit_element(report), encoding="utf-8", xml_declaration=True)
+    return data.decode("utf-8")
 
 
 def write_junit(report: Report, path: Path) -> None:

@@ -1,8 +1,9 @@
 """A Markdown summary of a parity run (`parity run --markdown PATH`), for pull requests and CI pages.
 
-One table row per backend x tier: taps passed / failed / not supported, the tap that used most of
-its tolerance and its max error, then the first divergences; the decoding check, when the run made
-one, as the same table for its taps, the greedy tokens and its first divergences; then the verdict. When the environment
+The verdict first, then one table row per backend x tier of the report's tree: taps passed / failed / not
+supported, its first divergence, the tap that used most of its tolerance and its max error, then the first
+divergences' paragraphs; the decoding check, when the run made
+one, as the same table for its taps, the greedy tokens and its first divergences. When the environment
 variable GITHUB_STEP_SUMMARY is set (GitHub Actions), the same text is appended to that file too.
 Every line goes through `parity_harness._core.sanitize.markdown_line` (table cells through `markdown_cell`), so
 a string from outside cannot add a line, a column, a control character or raw HTML.
@@ -10,64 +11,58 @@ a string from outside cannot add a line, a column, a control character or raw HT
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from parity_harness._compare.judge import FAIL, NOT_SUPPORTED, OK, TapSummary
 from parity_harness._compare.report import Report
+from parity_harness._compare.tree import TierNode
 from parity_harness._core.sanitize import markdown_cell, markdown_line
 from parity_harness._core.text import num_text, tier_label, tolerance_text
-from parity_harness._views.console import divergence_paragraph, loose_line, tolerances_line, verdict_line
+from parity_harness._views.console import divergence_paragraph, fixture_text, loose_line, tolerances_line, verdict_line
+from parity_harness._views.overview import share_text
 
 
-def _used(s: TapSummary) -> float:
-    """How much of its tolerance a tap used: min_atol / atol (> 1 fails); inf for a structural failure."""
-    if s.min_atol is None:
-        return -1.0
-    if s.atol == 0:
-        return math.inf if s.min_atol > 0 else 0.0
-    return s.min_atol / s.atol
-
-
-def summary_rows(summaries: list[TapSummary]) -> list[list[str]]:
-    """The table body: one row per backend x precision x golden tier, in report order (forward taps or
-    decoding taps: the same records)."""
-    tiers: dict[tuple[str, str, str], list[TapSummary]] = {}
-    for s in summaries:
-        tiers.setdefault((s.backend, s.precision, s.golden), []).append(s)
+def summary_rows(tiers: tuple[TierNode, ...]) -> list[list[str]]:
+    """The table body: one row per backend x precision x golden tier of the report's tree (forward taps or
+    decoding taps: the same nodes)."""
     rows = []
-    for (backend, precision, golden), group in tiers.items():
-        measured = [s for s in group if s.status != NOT_SUPPORTED]
-        n_ok = sum(1 for s in group if s.status == OK)
-        n_fail = sum(1 for s in group if s.status == FAIL)
-        verdict = "FAIL" if n_fail else "pass" if n_ok else "n/a"
-        worst = max(measured, key=_used, default=None)
+    for tier in tiers:
+        verdict = "FAIL" if tier.n_failed else "pass" if tier.n_ok else "n/a"
+        worst = tier.worst
         if worst is None:
             worst_tap, worst_err, used = "-", "-", "-"
         else:
-            u = _used(worst)
-            worst_tap = f"`{worst.tap}`"
-            worst_err = f"{num_text(worst.max_abs)} ({tolerance_text(worst.atol, worst.rtol)})"
-            used = "inf" if math.isinf(u) else f"{100 * u:.0f}%" if u < 10 else f"{u:.2g}x"
-        rows.append([backend, tier_label(precision, golden), verdict, str(n_ok), str(n_fail),
-                     str(len(group) - len(measured)), worst_tap, worst_err, used])
+            s = worst.summary
+            worst_tap = f"`{s.tap}`"
+            worst_err = f"{num_text(s.max_abs)} ({tolerance_text(s.atol, s.rtol)})"
+            used = share_text(worst.used)
+        first = f"`{tier.divergence.tap}`" if tier.divergence is not None else "-"
+        rows.append([tier.backend, tier_label(tier.precision, tier.golden), verdict, str(tier.n_ok),
+                     str(tier.n_failed), str(tier.n_not_supported), first, worst_tap, worst_err, used])
     return rows
 
 
 def markdown_summary(report: Report) -> str:
     """The whole summary as Markdown text."""
-    header = ["backend", "tier", "verdict", "taps passed", "failed", "not supported", "worst tap", "max error",
-              "tolerance used"]
-    lines = ["## parity", "", f"Fixture `{report.fixture}`.", "", *_table(header, summary_rows(report.summaries))]
-    if report.divergences:
+    tree = report.tree
+    header = ["backend", "tier", "verdict", "taps passed", "failed", "not supported", "first divergence",
+              "worst tap", "max error", "tolerance used"]
+    lines = ["## parity", "", f"**{verdict_line(report)}**", "", f"Fixture `{fixture_text(report)}`.", "",
+             *_table(header, summary_rows(tree.tiers))]
+    forward = [t.divergence for t in tree.tiers if t.divergence is not None]
+    if forward:
         lines += ["", "### First divergences", ""]
-        lines += [f"- {divergence_paragraph(d)}" for d in report.divergences]
+        lines += [f"- {divergence_paragraph(d)}" for d in forward]
     lines += _decoding_lines(report, header)
     lines += ["", tolerances_line(report)]
     if report.loose:
         lines += ["", f"**{loose_line(report)}**"]
-    lines += ["", f"**{verdict_line(report)}**", ""]
+    lines += [""]
     return "\n".join(markdown_line(line) for line in lines)  # the sink: no line holds a break, a control or raw HTML
+
+
+def markdown_text(report: Report, verbose: int = 0) -> str:
+    """The summary (the "markdown" view)."""
+    return markdown_summary(report)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -80,15 +75,16 @@ def _decoding_lines(report: Report, header: list[str]) -> list[str]:
     from parity_harness._core.status import GreedyStatus
     from parity_harness._views.decoding import divergence_paragraph as decoding_paragraph
 
-    dec = report.decoding
-    if dec is None or not dec.available or not dec.runs:
+    node = report.tree.decoding
+    if node is None or not node.source.available or not node.source.runs:
         return []
+    dec = node.source
     lines = ["", f"### Decoding ({len(dec.prompts)} prompts, prefill + {dec.steps} steps, against the full forward)",
-             "", *_table(header, summary_rows(dec.summaries)), ""]
+             "", *_table(header, summary_rows(node.tiers)), ""]
     differ = [g for g in dec.greedy if g.status != GreedyStatus.OK]
     lines.append(f"Greedy tokens: {len(dec.greedy) - len(differ)} of {len(dec.greedy)} backend x prompt runs equal "
                  "the golden's" + (f"; {dec.n_near_ties} near-tie(s)" if dec.n_near_ties else "") + ".")
-    for d in dec.divergences:
+    for d in node.divergences:
         lines.append(f"- {decoding_paragraph(d, dec.sequences.get(d.case, []), dec.vocab)}")
     return lines
 
