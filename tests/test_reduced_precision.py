@@ -183,8 +183,8 @@ def test_cli_runs_a_precision_list_and_refuses_an_unknown_one() -> None:
     pytest.importorskip("torch")
     ok = run_cli("run", "--backends", "pytorch", "--precision", "fp16,bf16", "--quiet")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "pytorch                fp16" in ok.stdout and "fp32 vs" not in ok.stdout.split("PASS")[0].split(
-        "ran in")[0]
+    tiers = [ln.split()[1] for ln in ok.stdout.splitlines() if ln.startswith("pytorch ") and " vs " in ln]
+    assert tiers and set(tiers) == {"fp16", "bf16"}, ok.stdout  # one line per tier: no fp32 or fp64 tier ran
     bad = run_cli("run", "--backends", "pytorch", "--precision", "fp16,fp8")
     assert bad.returncode == 2 and "fp8" in bad.stderr and len(bad.stderr.strip().splitlines()) <= 3
 
