@@ -46,16 +46,16 @@ def _decoding_cell(tier: TierNode, dec: DecodingNode | None) -> str:
                  == (tier.backend, tier.precision, tier.golden)), None)
     greedy = next((g for g in dec.greedy if (g.backend, g.precision) == (tier.backend, tier.precision)), None)
     if mine is None:
-        return "decoding -"
+        return "-"
     if mine.divergence is not None:
         d = mine.divergence
-        return f"decoding FAIL at step {d.step or 0}, {d.tap}"
+        return f"FAIL at step {d.step or 0}, {d.tap}"
     rows = greedy.rows if greedy is not None and tier.golden == tier.precision else ()
     if any(g.status == GreedyStatus.FAIL for g in rows):
-        return "decoding FAIL (greedy tokens)"
+        return "FAIL (greedy tokens)"
     ties = sum(1 for g in rows if g.status == GreedyStatus.NEAR_TIE)
     worst = mine.worst
-    text = f"decoding ok, worst {share_text(worst.used) if worst else '-'}"
+    text = f"ok, worst {share_text(worst.used) if worst else '-'}"
     return text + (f", {ties} near-tie{'s' if ties != 1 else ''}" if ties else "")
 
 
