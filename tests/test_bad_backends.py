@@ -123,7 +123,7 @@ FAKES: list[type[_GoldenCopy]] = [PerfectBackend, NaNBackend, WrongShapeBackend,
 def run_fake(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Callable[..., tuple[int, str, str]]:
-    """`parity run --backends NAME -q` in-process, with the fakes registered as entry points."""
+    """`parity run [OPTIONS] --backends NAME -q` in-process, with the fakes registered as entry points."""
     real = parity_harness._backends.registry.backend_entry_points()
     group = parity_harness._backends.registry.GROUP
     fakes = {cls.name: EntryPoint(cls.name, f"{__name__}:{cls.__name__}", group) for cls in FAKES}
@@ -131,9 +131,9 @@ def run_fake(
     monkeypatch.setattr(parity_harness._backends.registry, "backend_entry_points", lambda: registered)
     monkeypatch.setattr(parity_harness._cli.main, "backend_entry_points", lambda: registered)
 
-    def run(name: str) -> tuple[int, str, str]:
+    def run(name: str, *options: str) -> tuple[int, str, str]:
         capsys.readouterr()
-        code = parity_harness._cli.main.main(["run", "--backends", name, "-q"])
+        code = parity_harness._cli.main.main(["run", *options, "--backends", name, "-q"])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -179,7 +179,7 @@ def test_the_fake_harness_passes_a_perfect_backend(run_fake: Callable[..., tuple
 def test_bad_numbers_are_a_disagreement_at_the_tap(
     run_fake: Callable[..., tuple[int, str, str]], name: str, needles: tuple[str, ...]
 ) -> None:
-    assert_disagreement(*run_fake(name), *needles)
+    assert_disagreement(*run_fake(name, "-v"), *needles)  # -v: the per-tap rows name the tap and the problem
 
 
 @pytest.mark.parametrize(

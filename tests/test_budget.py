@@ -47,7 +47,7 @@ def test_run_budget_section_and_json_rows(toy_dir: Path, tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("Error budget against the float64 truth"))
-    assert start > next(i for i, ln in enumerate(lines) if "ran in" in ln)  # a section after the table
+    assert start > next(i for i, ln in enumerate(lines) if ln.startswith("numpy ") and " vs " in ln)  # after the table
     assert lines[-1].startswith("PASS")
     section = lines[start:]
     taps = tap_names(2)

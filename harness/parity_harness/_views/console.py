@@ -393,10 +393,11 @@ def verdict_line(report: Report) -> str:
 def report_json(report: Report) -> dict[str, Any]:
     from parity_harness._views.decoding import decoding_json
 
-    by_backend: dict[str, list[dict[str, Any]]] = {}
-    for d in report.divergences:
-        entry = asdict(d)
-        by_backend.setdefault(entry.pop("backend"), []).append(entry)
+    by_backend: dict[str, list[dict[str, Any]]] = {}  # the tree's tiers in order; a backend's follow each other
+    for tier in report.tree.tiers:
+        if tier.divergence is not None:
+            entry = asdict(tier.divergence)
+            by_backend.setdefault(entry.pop("backend"), []).append(entry)
     return _finite({  # type: ignore[no-any-return]
         "schema": "parity-report",
         "schema_version": SCHEMA_VERSION,
