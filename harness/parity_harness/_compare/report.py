@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from parity_harness._compare.budget import BudgetRow
 from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary
-from parity_harness._compare.tree import BackendRun, ReportTree, build_tree
+from parity_harness._compare.tree import BackendRun as BackendRun  # re-exported: where every caller finds it
+from parity_harness._compare.tree import ReportTree, build_tree
 from parity_harness._core.precision import BackendOutput
 from parity_harness._core.status import RunStatus, Verdict
 
