@@ -82,7 +82,8 @@ def test_a_failing_run_ends_with_the_first_divergence_and_a_verdict_naming_its_t
     proc = run_cli("run", "--backends", "numpy,typescript", env={"PARITY_TS_DIR": str(ts)})
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert lines[-1].startswith("FAIL: disagreement in typescript ") and ", first at blocks.0.ln1.hook_scale" in lines[-1]
+    assert lines[-1].startswith("FAIL: disagreement in typescript ")
+    assert ", first at blocks.0.ln1.hook_scale" in lines[-1]
     assert lines[-2] == "" and lines[-3].startswith("typescript fp64 vs ") and \
         "first divergence at blocks.0.ln1.hook_scale" in lines[-3]
     assert not any(" FAIL  max_abs" in ln for ln in lines)  # no per-tap rows without -v
