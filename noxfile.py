@@ -25,15 +25,48 @@ nox.options.reuse_existing_virtualenvs = True
 def parity(session: nox.Session) -> None:
     """Run every built-in backend on fixtures/toy, then on fixtures/toy-stress, and compare every tap.
 
+    Every fixture runs and reports, even after one fails; the session then fails naming each fixture that
+    did not pass, with its exit code (1 a disagreement, 2 bad input or a missing dependency).
     Args after -- go to `parity run`; with `--fixture DIR` among them only that fixture is run. The
     stress run writes its reports beside the toy's, tagged: `--json r.json` gives r.json and r.toy-stress.json.
     """
     session.install("-e", ".[all]")
     session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
-    session.run("parity", "run", "--no-skip", *session.posargs)
-    if not any(a == "--fixture" or a.startswith("--fixture=") for a in session.posargs):
-        session.run("parity", "run", "--no-skip", "--fixture", "fixtures/toy-stress",
-                    *_report_paths_for(session.posargs, "toy-stress"))
+    failed = _run_each_fixture(session, _parity_runs(session.posargs))
+    if failed:
+        session.error("parity failed on " + ", ".join(f"{name} (exit {code})" for name, code in failed.items()))
+
+
+def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:
+    """(fixture, `parity run` args) for each fixture the session checks: the toy and the stress fixture, or
+    only the one `--fixture` names among the args."""
+    for i, arg in enumerate(posargs):
+        if arg == "--fixture" and i + 1 < len(posargs):
+            return [(posargs[i + 1], ["--no-skip", *posargs])]
+        if arg.startswith("--fixture="):
+            return [(arg.partition("=")[2], ["--no-skip", *posargs])]
+    return [
+        ("fixtures/toy", ["--no-skip", *posargs]),
+        ("fixtures/toy-stress", ["--no-skip", "--fixture", "fixtures/toy-stress",
+                                 *_report_paths_for(posargs, "toy-stress")]),
+    ]
+
+
+def _run_each_fixture(session: nox.Session, runs: list[tuple[str, list[str]]]) -> dict[str, int]:
+    """`parity run ARGS` for every fixture, each to its end even when one before it failed (its reports
+    are written all the same); returns {fixture: exit code} for those that did not pass.
+
+    `session.run` tells neither 0 from 1 (it returns True for any success code) nor a failure from
+    another: a non-zero exit raises `nox.command.CommandFailed`, which carries the exit code.
+    """
+    failed: dict[str, int] = {}
+    for fixture, args in runs:
+        try:
+            session.run("parity", "run", *args)
+        except nox.command.CommandFailed as exc:
+            code = getattr(exc, "return_code", None)
+            failed[fixture] = code if isinstance(code, int) else 1
+    return failed
 
 
 _REPORT_OPTIONS = ("--json", "--junit", "--markdown", "--plot", "--save-outputs")
