@@ -4,8 +4,10 @@ matplotlib is optional (`pip install 'parity-harness[plot]'`): it is imported on
 picture is asked for, with the Agg backend (no display). The file type follows the extension:
 .png or .svg. Every label holding a string from outside (a backend, a word, a fixture's name) goes
 through `parity_harness._core.sanitize` (`_save` sweeps every text of the figure; tick and legend labels are made
-safe where they are set) and mathtext is off (`_plain_text`): no control character, no '$' parsed, no
-label left out of a legend.
+safe where they are set) and mathtext is off for every text of the figure (`_plain_text`): no control
+character, no '$' parsed, no label left out of a legend. Parity's own numbers need no mathtext: the
+ladder's log axis reads 10⁻¹² in Unicode superscripts (`power_of_ten`), not matplotlib's `$10^{-12}$`,
+which mathtext off would draw as its source.
 """
 
 from __future__ import annotations
@@ -83,6 +85,18 @@ def ladder_floor(values: list[float]) -> float:
     return min(1e-17, 10 ** math.floor(math.log10(min(nonzero)) - 1)) if nonzero else 1e-17
 
 
+SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def power_of_ten(value: float, _pos: object = None) -> str:
+    """A log axis's tick label without mathtext: 1e-12 as '10⁻¹²' (Unicode superscripts), else '%g'."""
+    if value > 0 and math.isfinite(value):
+        exponent = round(math.log10(value))
+        if math.isclose(value, 10.0**exponent, rel_tol=1e-9):
+            return "10" + str(exponent).translate(SUPERSCRIPT)
+    return f"{value:g}"
+
+
 def _plain_text(draw: Callable[P, None]) -> Callable[P, None]:
     """`draw` with mathtext off: a '$' in a backend name or a word is drawn, never parsed (nor a crash)."""
     @functools.wraps(draw)
@@ -105,6 +119,8 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
     """
     _check_path(path)
     plt = require_matplotlib()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     taps = fixture.tap_names
     x_of = {t: i for i, t in enumerate(taps)}
     measured = [s for s in report.summaries if s.status != NOT_SUPPORTED and s.max_abs is not None]
@@ -119,7 +135,7 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
         ax.text((min(block) + max(block)) / 2, top / 3, f"block {i}", ha="center", va="top", fontsize=9,
                 color="0.35")
     backends = list(dict.fromkeys(s.backend for s in report.summaries))
-    colors = plt.get_cmap("tab10")
+    colors = plt.get_cmap("tab10" if len(backends) <= 10 else "tab20")  # more than 10: no two backends alike
     groups: dict[tuple[str, str, str], list[Any]] = {}
     for s in report.summaries:
         groups.setdefault((s.backend, s.precision, s.golden), []).append(s)
@@ -136,7 +152,7 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
             else:
                 y[x_of[s.tap]] = max(s.max_abs, floor)
         linestyle, marker = TIER_STYLE.get((precision, golden), ("-", "."))
-        color = colors(backends.index(backend) % 10)
+        color = colors(backends.index(backend) % colors.N)
         ax.plot(np.arange(len(taps)), y, linestyle=linestyle, marker=marker, markersize=4, linewidth=1.2,
                 color=color, label=plot_label(f"{backend} {precision} vs {golden}"), zorder=3)
         if crosses:
@@ -160,14 +176,18 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
     ax.axhline(floor, color="0.4", linewidth=0.8, linestyle=":", zorder=2, label=f"exact (0), drawn at {floor:g}")
     ax.set_yscale("log")
     ax.set_ylim(floor / 3, top)
+    # matplotlib's log labels are mathtext ('$\\mathdefault{10^{-2}}$'), drawn as their source with mathtext off
+    ax.yaxis.set_major_formatter(FuncFormatter(power_of_ten))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(-0.5, len(taps) - 0.5)
     ax.set_xticks(np.arange(len(taps)))
     ax.set_xticklabels([plot_label(t) for t in taps], rotation=90, fontsize=7)
-    ax.set_ylabel("max |actual - golden| over cases")
+    ax.set_ylabel("max |actual - golden| over cases (log scale)")
+    ax.set_xlabel("tap, in dataflow order")
     ax.set_title(f"Error ladder: {fixture.root.name}, every backend and tier, taps in dataflow order")
     ax.grid(axis="y", which="major", color="0.8", linewidth=0.5)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
-    fig.subplots_adjust(left=0.06, right=0.82, top=0.94, bottom=0.27)
+    fig.subplots_adjust(left=0.07, right=0.79, top=0.94, bottom=0.3)
     _save(fig, path)
     plt.close(fig)
 
