@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from parity_harness._backends.base import Precision
 from parity_harness._backends.boundary import AnyBackend, guarded
 from parity_harness._compare.decoding import DecodeRun, DecodingReport, compare_decoding, greedy_checks
-from parity_harness._compare.judge import NOT_SUPPORTED, fold
-from parity_harness._fixture.decoding import golden_decoding, step_key, top2_margin
+from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, fold
+from parity_harness._fixture.decoding import DecodeOutput, golden_decoding, step_key, top2_margin
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -42,6 +42,7 @@ def run_decoding(
     from parity_harness._core.precision import is_reduced, tiers_for
 
     say = progress or (lambda _msg: None)
+    causes: dict[tuple[str, str, str, str, int | None, str], str] = {}
     decoding = fixture.decoding()
     if decoding is None:
         return DecodingReport(available=False)
@@ -61,12 +62,42 @@ def run_decoding(
             output = backend.decoded(fixture, precision, decoding.requests())
             report.runs.append(DecodeRun(backend.name, precision, time.perf_counter() - start))
             for golden in tiers_for(precision):
-                report.checks += compare_decoding(fixture, backend.name, precision, golden, output, goldens[golden])
+                checks = compare_decoding(fixture, backend.name, precision, golden, output, goldens[golden])
+                causes.update(step_causes(fixture, checks, output, goldens[golden]))
+                report.checks += checks
             report.greedy += greedy_checks(fixture, backend.name, precision, output, goldens["fp64"], report.checks)
     report.summaries, report.divergences = fold(report.checks, report.taps)
     for d in report.divergences:  # how close the golden's greedy choice is to a tie at that step
         d.margin = top2_margin(goldens["fp64"][d.case][step_key(d.step or 0, "logits")])
+        d.cause = causes.get((d.backend, d.precision, d.golden, d.case, d.step, d.tap), d.cause)
     return report
+
+
+def step_causes(
+    fixture: Fixture, checks: list[CheckResult], output: DecodeOutput, golden: DecodeOutput
+) -> dict[tuple[str, str, str, str, int | None, str], str]:
+    """The likely cause (_compare/diagnose.py, `diagnose_step`) at each prompt's first failing step and tap of one
+    backend x precision x golden tier: the only place a decoding first divergence can be."""
+    from parity_harness._compare.diagnose import StepContext, diagnose_step
+
+    decoding = fixture.decoding()
+    assert decoding is not None
+    prompts = {p.name: p for p in decoding.prompts}
+    out: dict[tuple[str, str, str, str, int | None, str], str] = {}
+    done: set[str] = set()  # prompts diagnosed: at their first failing check (prompt, then step, then tap order)
+    for c in checks:
+        if c.passed is not False or c.step is None or c.case in done:
+            continue
+        done.add(c.case)
+        key = (c.backend, c.precision, c.golden, c.case, c.step, c.tap)
+        prompt, step = prompts[c.case], c.step
+        previous = {t: golden[c.case][step_key(step - 1, t)] for t in decoding.taps} if step > 0 else {}
+        context = StepContext(fixture.config, fixture.weights(), prompt.generated[step - 1] if step else -1,
+                              len(prompt.tokens) + step - 1, previous, c.precision)
+        causes = diagnose_step(output[c.case].get(step_key(step, c.tap)), golden[c.case][step_key(step, c.tap)],
+                               c.tap, step, atol=c.atol, rtol=c.rtol, context=context)
+        out[key] = "; ".join(causes)
+    return {k: v for k, v in out.items() if v}
 
 
 __all__ = ["NOT_SUPPORTED", "DecodingReport", "run_decoding"]

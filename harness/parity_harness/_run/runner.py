@@ -289,7 +289,7 @@ class CaseJudge:
         failing = next((r for r in results if r.status == FAIL), None)
         if failing is None:
             return
-        from parity_harness._compare.diagnose import diagnose
+        from parity_harness._compare.diagnose import TapContext, diagnose
 
         tap, fx = failing.tap, self.fixture
         actual = taps.get(tap)
@@ -306,7 +306,10 @@ class CaseJudge:
             previous = fx.golden_tap(tier, case.name, before)
         causes = diagnose(fx.select_rows(tap, case, actual), golden[tap], tier, atol=failing.atol, rtol=failing.rtol,
                           truth=truth, golden32=golden32, previous=previous,
-                          position_axis=template.index("T") if "T" in template else None)
+                          position_axis=template.index("T") if "T" in template else None,
+                          context=TapContext(tap, fx.config, golden, {t: fx.select_rows(t, case, a)
+                                                                      for t, a in taps.items() if a is not None},
+                                             fx.weights(), self.precision))
         if causes:
             self.causes[(tier, case.name, tap)] = "; ".join(causes)
 

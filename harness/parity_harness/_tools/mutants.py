@@ -465,6 +465,13 @@ CATALOG: tuple[Mutant, ...] = (
     _ts("ts-decode-cache-transposed", (("return (h * T + t) * dh;", "return (t * H + h) * dh;"),),
         "cache stored positions x heads [T, H, d_head] (transposed), read back consistently: the logits "
         "agree, the cache does not", "blocks.0.attn.cache_k", step=0),
+    _ts("ts-decode-position-off-by-one", (("sinusoidalPositions(pos + 1, d).data.slice(pos * d)",
+                                           "sinusoidalPositions(pos + 2, d).data.slice((pos + 1) * d)"),),
+        "incremental mode: the new token encoded one position late (position T + 1 instead of T)",
+        "blocks.0.attn.cache_k", step=1),
+    _py("py-decode-stale-cache", (("    return out, keys, values", "    return out, cache_k, cache_v"),),
+        "incremental mode: the grown cache not returned, so every step keeps the prefill's (a stale cache)",
+        "blocks.0.attn.cache_k", step=1),
     _py("py-decode-position-not-offset", (("sinusoidal_positions(pos + 1, config.d_model, wte.dtype)[pos:]",
                                            "sinusoidal_positions(1, config.d_model, wte.dtype)"),),
         "incremental mode: the new token's position not offset by the cache length (always position 0)",
