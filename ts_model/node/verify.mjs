@@ -6,7 +6,7 @@
 // Otherwise it runs verify-forward.mts, which compares model.ts with the fixture's golden files.
 
 const NEEDS = "Node >= 22.18 with type stripping on";
-const HINT = "use the Node that pip installs: `pip install 'parity[node]'` then `parity verify-ts`";
+const HINT = "use the Node that pip installs: `pip install 'parity-harness[node]'` then `parity verify-ts`";
 
 try {
   await import("./verify-forward.mts");
