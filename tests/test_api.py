@@ -228,8 +228,8 @@ def test_assert_message_names_the_first_diverging_tap(toy: Fixture, tap: str, pr
     assert not report and report.divergences
     lines = str(caught.value).splitlines()
     first = next(d for d in report.divergences if d.tap == tap)
-    assert lines[0] == (f"first divergence at {tap}: lies-at {first.precision} vs {first.golden}, "
-                        f"case {first.case}, index {first.index}")
+    assert lines[0].startswith(f"first divergence at {tap}: lies-at {first.precision} vs {first.golden}, "
+                               f"case {first.case}, index {first.index}: got "), lines[0]
     # the terminal report's own paragraph (got, expected, |diff| vs atol), one line per diverging tier
     assert lines[1:-1] == [divergence_paragraph(d) for d in report.divergences]
     assert "got " in lines[1] and "expected " in lines[1] and "> atol " in lines[1]

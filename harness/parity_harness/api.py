@@ -253,7 +253,7 @@ def _write(report: Report, path: str, text: str, fmt: str) -> None:
 
 
 def assert_agrees(
-    backend: BackendLike | Sequence[BackendLike],
+    backend: BackendLike | Sequence[BackendLike] | Report,
     fixture: FixtureLike = None,
     precision: PrecisionLike = "all",
     *,
@@ -262,11 +262,14 @@ def assert_agrees(
     """Run `backend` (see `run`) and return the Report when every tap it was compared on agrees.
 
     Raises `ParityAssertionError` (an AssertionError) when any tap or decoding step disagrees, its
-    message's first line naming the first diverging tap, and when nothing was compared (a backend
-    that computes in fp64 only, asked for fp32). Bad input and crashing backends raise `ParityError`.
+    message's first line naming the first diverging tap, the case, the index, both values, the mismatch
+    count and fraction and the allowed bound; and when nothing was compared (a backend that computes in
+    fp64 only, asked for fp32). Bad input and crashing backends raise `ParityError`. Given a Report
+    (`parity.assert_agrees(report)`, from `run`), it judges that report: the short failure of a test that
+    ran first and looked at the report itself.
     """
     __tracebackhide__ = True  # pytest: show the caller's line, not this one
-    report = run(backend, fixture, precision, decoding=decoding)
+    report = backend if isinstance(backend, Report) else run(backend, fixture, precision, decoding=decoding)
     if not report:
         raise ParityAssertionError(failure_message(report), report)
     return report
@@ -292,7 +295,7 @@ def failure_message(report: Report) -> str:
     if report.n_passed + report.n_failed and report.divergences:
         order = {tap: i for i, tap in enumerate(dict.fromkeys(s.tap for s in report.summaries))}
         ranked = sorted(report.divergences, key=lambda d: order.get(d.tap, len(order)))
-        lines.append(_headline(ranked[0]))
+        lines.append(_headline(report, ranked[0]))
         lines += [divergence_paragraph(d) for d in ranked]
     if report.decoding is not None and report.decoding.n_failed:
         lines += _decoding_lines(report, headline=not lines)
@@ -300,12 +303,30 @@ def failure_message(report: Report) -> str:
     return "\n".join(safe_line(line) for line in lines)  # this view's sink: outside strings made safe
 
 
-def _headline(d: FirstDivergence) -> str:
-    """'first divergence at TAP: BACKEND fp32 vs fp32, case C, index [i, j]': the tap first, kept short."""
-    from parity_harness._core.text import tier_label
+def _headline(report: Report, d: FirstDivergence) -> str:
+    """'first divergence at TAP: BACKEND fp32 vs fp32, case C, index [i, j]: got A, expected B (|diff| D, rel R >
+    allowed L); N of M cells (P%) out of tolerance': the tap first, then what `torch.testing.assert_close` says
+    (both values with the digits that tell them apart, the mismatch count and fraction, the allowed bound
+    atol + rtol x |expected| at that cell as a number)."""
+    from parity_harness._core.text import format_pair, num_text, tier_label
 
     index = f", index {d.index}" if d.index is not None else ""
-    return f"first divergence at {d.tap}: {d.backend} {tier_label(d.precision, d.golden)}, case {d.case}{index}"
+    text = f"first divergence at {d.tap}: {d.backend} {tier_label(d.precision, d.golden)}, case {d.case}{index}"
+    if d.actual is not None and d.expected is not None and not d.message:
+        got, want = format_pair(d.actual, d.expected)
+        diff = abs(d.actual - d.expected)
+        rel = f", rel {num_text(diff / abs(d.expected))}" if d.expected else ""
+        bound = d.atol + d.rtol * abs(d.expected)
+        text += f": got {got}, expected {want} (|diff| {num_text(diff)}{rel} > allowed {num_text(bound)})"
+    elif d.message:
+        text += f": {d.message}"
+    n_cells = next((r.n_cells for r in report.results if (r.backend, r.precision, r.golden, r.case, r.tap, r.step)
+                    == (d.backend, d.precision, d.golden, d.case, d.tap, d.step)), 0)
+    if d.n_bad and n_cells:
+        text += f"; {d.n_bad} of {n_cells} cells ({100 * d.n_bad / n_cells:.3g}%) out of tolerance"
+    elif d.n_bad:
+        text += f"; {d.n_bad} cell{'s' if d.n_bad != 1 else ''} out of tolerance"
+    return text
 
 
 def _decoding_lines(report: Report, headline: bool) -> list[str]:

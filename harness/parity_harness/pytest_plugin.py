@@ -18,6 +18,7 @@ cannot change what another test is judged against. See docs/api.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Generator, Sequence
 
     from parity_harness._compare.report import Report
     from parity_harness._fixture.fixture import Fixture
@@ -98,9 +99,9 @@ class Parity:
             _fail(error)
         return self._fixture
 
-    def assert_agrees(self, backend: BackendLike | Sequence[BackendLike], precision: PrecisionLike = "all", *,
+    def assert_agrees(self, backend: BackendLike | Sequence[BackendLike] | Report, precision: PrecisionLike = "all", *,
                       decoding: bool = True) -> Report:
-        """`parity_harness.api.assert_agrees` on the session's fixture."""
+        """`parity_harness.api.assert_agrees` on the session's fixture (a Report: that report judged)."""
         __tracebackhide__ = True
         from parity_harness import api
 
@@ -156,6 +157,24 @@ def _fail(exc: Exception) -> NoReturn:
     """A ParityError fails the test with its one line (no traceback), as the CLI prints it."""
     __tracebackhide__ = True
     pytest.fail(f"parity: error: {exc}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that failed with a ParityAssertionError: pytest's short summary line (cut at the terminal's edge)
+    leads with the tap ("TAP: BACKEND fp64 vs fp64, case C, index [i, j]: got A, expected B, ..."), the message's
+    first line without its "first divergence at ", not with the exception's dotted name, which fills 80
+    columns before the tap."""
+    report = yield
+    excinfo = call.excinfo
+    if report.failed and excinfo is not None and type(excinfo.value).__name__ == "ParityAssertionError":
+        crash = getattr(report.longrepr, "reprcrash", None)
+        first = next((line for line in str(excinfo.value).splitlines() if line.strip()), "")
+        if crash is not None and first:
+            with contextlib.suppress(AttributeError):
+                crash.message = first.removeprefix("first divergence at ")
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -324,6 +324,7 @@ class CheckResult:
     message: str = ""
     n_bad: int = 0  # cells that break tolerance
     step: int | None = None  # the decoding step (0: the prefill), `case` then names the prompt; None: forward
+    n_cells: int = 0  # cells of the golden tensor (n_bad of n_cells break tolerance); 0 when not known
 
 
 def judge_tensor(
@@ -344,7 +345,8 @@ def judge_tensor(
             if overflow is not None:
                 message, idx, n = overflow
                 return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
-                                   math.inf, list(idx), _cell(actual, idx), _cell(expected, idx), message, n, step)
+                                   math.inf, list(idx), _cell(actual, idx), _cell(expected, idx), message, n, step,
+                                   int(expected.size))
         elif isinstance(actual, np.ndarray) and actual.dtype != container:
             return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
                                math.inf, message=f"dtype {actual.dtype} != expected {container} ({precision} results "
@@ -363,10 +365,11 @@ def judge_tensor(
     if grid is not None:  # the numbers are reported; the verdict and the cause are the grid's
         message, n = grid
         return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, cmp.max_abs, cmp.max_rel,
-                           cmp.min_atol, cmp.index, cmp.actual, cmp.expected, message, n, step)
+                           cmp.min_atol, cmp.index, cmp.actual, cmp.expected, message, n, step, int(expected.size))
     return CheckResult(
         backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
         cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad, step,
+        int(np.size(expected)),
     )
 
 

@@ -31,3 +31,15 @@ def tolerance_text(atol: float, rtol: float, rule: bool = False) -> str:
     if not rtol:
         return f"atol {atol:g}"
     return f"atol {atol:g} + rtol {rtol:g} x |expected|" if rule else f"atol {atol:g}, rtol {rtol:g}"
+
+
+def format_pair(actual: float, expected: float, digits: int = 9) -> tuple[str, str]:
+    """Two values as 'got A, expected B' prints them: `digits` significant digits (9), more when the two would
+    print the same but differ, up to repr precision (17), so an fp64 divergence of 7.8e-12 shows where."""
+    if actual == expected or not (math.isfinite(actual) and math.isfinite(expected)):
+        return f"{actual:.{digits}g}", f"{expected:.{digits}g}"
+    for n in range(digits, 18):
+        a, e = f"{actual:.{n}g}", f"{expected:.{n}g}"
+        if a != e:
+            return a, e
+    return repr(float(actual)), repr(float(expected))
