@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from parity_harness._compare.report import Report
     from parity_reference.config import GPTConfig
 
 ROUNDED_F32 = "got equals expected rounded to float32"
@@ -571,3 +572,60 @@ def _step_variants(a: np.ndarray, b: np.ndarray, bad: np.ndarray, tap: str, atol
     except (KeyError, ValueError, IndexError):  # a model this recomputation does not know: no cause
         return []
     return []
+
+
+# -- stale goldens: only the backend that made them disagrees -----------------------------------------------------
+
+GOLDEN_MAKER = "pytorch"  # `parity export` computes every golden with the PyTorch reference (reference_taps)
+
+
+def golden_maker(provenance: Mapping[str, object]) -> str | None:
+    """The backend that computes the goldens the way they were made, from a manifest's provenance; None if unknown.
+
+    An explicit `golden_backend` wins; a fixture made by `parity export` (its `command`) or whose provenance says
+    `golden: reference.model.run_with_taps` was made by the PyTorch reference, the `pytorch` backend.
+    """
+    explicit = provenance.get("golden_backend")
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    command, weights = provenance.get("command"), provenance.get("weights")
+    if (isinstance(command, str) and command.startswith("parity export")) or \
+            (isinstance(weights, str) and "golden: reference.model.run_with_taps" in weights):
+        return GOLDEN_MAKER
+    return None
+
+
+def stale_golden_hint(report: Report, provenance: Mapping[str, object] | None = None) -> str | None:
+    """A hint that the goldens may be stale, or None: the backend that made them (`golden_maker`) is the only one
+    that disagrees (forward or decoding), and at least one other backend was compared and agrees with them (so with
+    each other). `provenance` is the fixture's manifest's; None reads it from the report's fixture directory."""
+    provenance = _read_provenance(report.fixture) if provenance is None else provenance
+    maker = golden_maker(provenance) if provenance is not None else None
+    if provenance is None or maker is None:
+        return None
+    checks = [(r.backend, r.passed) for r in report.results]
+    if report.decoding is not None:
+        checks += [(c.backend, c.passed) for c in report.decoding.checks]
+    failing = {backend for backend, passed in checks if passed is False}
+    others = {backend for backend, passed in checks if passed is not None} - {maker}
+    if failing != {maker} or not others:
+        return None
+    command = provenance.get("command")
+    again = f"`{command}`" if isinstance(command, str) and command.startswith("parity export") else "`parity export`"
+    return (f"only {maker}, the backend that made the goldens, disagrees; {', '.join(sorted(others))} "
+            f"agree{'s' if len(others) == 1 else ''} with them: the goldens may be stale (the reference changed since "
+            f"they were made): `parity export --check` says whether they still reproduce; {again} regenerates them")
+
+
+def _read_provenance(fixture: str) -> Mapping[str, object] | None:
+    """The provenance of the manifest in directory `fixture`, None when there is none to read."""
+    import json
+    from pathlib import Path
+
+    path = Path(fixture) / "manifest.json" if fixture else None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    provenance = doc.get("provenance") if isinstance(doc, dict) else None
+    return provenance if isinstance(provenance, dict) else None

@@ -47,6 +47,7 @@ from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.boundary import GuardedBackend
 from parity_harness._backends.registry import load_backend
 from parity_harness._cli.exit_codes import for_verdict
+from parity_harness._compare.judge import FirstDivergence
 from parity_harness._compare.report import Report
 from parity_harness._core.errors import ParityError
 from parity_harness._core.sanitize import safe_line
@@ -169,6 +170,7 @@ class Outcome:
     fp32_tiers: list[str] = field(default_factory=list)  # reduced mutants: comparisons that failed in fp32/fp64
     fp32_error: str = ""  # reduced mutants: the fp32/fp64 run stopped with an error
     first_message: str = ""  # the first divergence's message ("overflow: ...", "precision: ...", "" for tolerance)
+    likely_cause: str = ""  # the first divergence's `Likely cause:` (_compare/diagnose.py), "" when none was named
 
     @property
     def localized(self) -> bool:
@@ -218,15 +220,27 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
         first = min(report.divergences, key=lambda d: order[d.tap])
         out.first_tap, out.first_tier = first.tap, tier_key(first.precision, first.golden)
         out.first_message = first.message
+        out.likely_cause = _likely_cause(report.divergences, first.tap, None)
     elif decoding is not None and decoding.divergences:  # the forward pass agrees: where decoding first breaks
         taps = {t: i for i, t in enumerate(decoding.taps)}
         dec = min(decoding.divergences, key=lambda d: (d.step, taps[d.tap]))
         out.first_tap, out.first_step, out.first_tier = dec.tap, dec.step, tier_key(dec.precision, dec.golden)
         out.first_message = dec.message
+        out.likely_cause = _likely_cause(decoding.divergences, dec.tap, dec.step)
     if mutant.expected_step is not None and decoding is not None:  # blind prompts, not blind cases
         hit = {c.case for c in decoding.checks if not c.passed}
         out.blind_cases = [p for p in decoding.prompts if p not in hit]
     return out
+
+
+def _likely_cause(divergences: list[FirstDivergence], tap: str, step: int | None) -> str:
+    """The cause named at the first diverging tap (and step), from the first tier that names one."""
+    return next((d.cause for d in divergences if d.tap == tap and d.step == step and d.cause), "")
+
+
+def cause_class(cause: str) -> str:
+    """A likely cause's class: its text up to the first colon ("tanh GELU (GPT-2's gelu_new) ...: ..." -> the head)."""
+    return cause.split(":", 1)[0] if cause else "-"
 
 
 @dataclass
@@ -483,6 +497,11 @@ def format_table(result: SelftestResult) -> list[str]:
             rows.append((o.name, in_fp32, "yes" if o.caught else "NO", ",".join(o.tiers) or "-", o.cause,
                          o.first_tap or "-", o.expected_tap, "yes" if o.localized else "NO"))
         lines += _grid(rows)
+    caught = [o for o in result.outcomes if o.caught and not o.error]
+    if caught:
+        lines.append("likely causes, named from the numbers at the first divergence (docs/diagnosis.md):")
+        width = max(len(o.name) for o in caught)
+        lines += [f"  {o.name.ljust(width)}  {cause_class(o.likely_cause)}" for o in caught]
     for o in result.outcomes:
         if o.error:
             lines.append(f"{o.name}: the run stopped with an error: {o.error}")
