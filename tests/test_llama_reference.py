@@ -283,3 +283,36 @@ def test_param_shapes_are_hf_llamas() -> None:
         model = hf_model(config, params(config, torch.float32))
         assert {k: tuple(v.shape) for k, v in model.named_parameters()} == param_shapes(config)
     assert transformers.__version__
+
+
+# -- TransformerLens: the names are its names, and its HookedTransformer computes the same numbers -----
+
+
+@pytest.mark.full  # importing transformer_lens takes about 7 s
+def test_transformerlens_hooks_are_the_family_taps_and_agree_in_float64() -> None:
+    """An offline HookedTransformer (config by hand, weights through TL's own `convert_llama_weights`)."""
+    tl = pytest.importorskip("transformer_lens")
+    from transformer_lens.pretrained.weight_conversions.llama import convert_llama_weights
+
+    config = TOY_LLAMA
+    cfg = tl.HookedTransformerConfig(
+        d_model=config.d_model, n_layers=config.n_layer, n_heads=config.n_head, n_key_value_heads=config.n_kv_heads,
+        d_head=config.d_head, d_mlp=config.d_mlp, d_vocab=config.vocab_size, n_ctx=config.n_ctx, act_fn="silu",
+        normalization_type="RMS", positional_embedding_type="rotary", gated_mlp=True, final_rms=True,
+        rotary_adjacent_pairs=False, rotary_dim=config.d_head, rotary_base=config.rope_base, eps=config.rms_eps,
+        original_architecture="LlamaForCausalLM", default_prepend_bos=False, dtype=torch.float64,
+    )
+    p = params(config, torch.float64)
+    hf = hf_model(config, p).to(torch.float64)
+    hf.load_state_dict(p, strict=True)  # exactly the float64 weights, not their float32 rounding
+    model = tl.HookedTransformer(cfg)
+    result = model.load_state_dict(convert_llama_weights(hf, cfg), strict=False)
+    assert result.unexpected_keys == []
+    logits, cache = model.run_with_cache(torch.tensor([TOKENS]))
+    ours = llama_model.run_with_taps(p, config, TOKENS)
+    hooks = [k for k in cache if not k.startswith("unembed.")]  # unembed.hook_in/out: the logits' input and output
+    assert hooks == [k for k in load_family("llama").tap_names(config) if k in ours and k in cache]
+    assert set(ours) - set(hooks) == {"logits", "probs", *(f"logit_lens.{k}" for k in range(config.n_layer + 1))}
+    worst = {k: max_diff(cache[k][0].detach().numpy(), ours[k].numpy()) for k in hooks}
+    worst["logits"] = max_diff(logits[0].detach().numpy(), ours["logits"].numpy())
+    assert max(worst.values()) <= 1e-13, {k: v for k, v in worst.items() if v > 1e-13}  # measured: 1.8e-15
