@@ -29,12 +29,66 @@ def parity(session: nox.Session) -> None:
     did not pass, with its exit code (1 a disagreement, 2 bad input or a missing dependency).
     Args after -- go to `parity run`; with `--fixture DIR` among them only that fixture is run. The
     stress run writes its reports beside the toy's, tagged: `--json r.json` gives r.json and r.toy-stress.json.
+    `--without-browser=REASON` (the session's own, not `parity run`'s): every built-in backend but the browser
+    ones, named with `--backends`, and one line saying which were left out and why (a platform where the
+    Chromium that `npm ci` brings cannot start: it is an x86-64 Linux binary).
     """
     session.install("-e", ".[all]")
     session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)
-    failed = _run_each_fixture(session, _parity_runs(session.posargs))
+    try:
+        posargs, no_browser = _without_browser(session.posargs)
+    except ValueError as exc:
+        session.error(str(exc))
+    if no_browser is not None:
+        posargs = _drop_browser_backends(posargs)
+        session.log(f"browser backends not run ({', '.join(BROWSER_BACKENDS)}): {no_browser}")
+    failed = _run_each_fixture(session, _parity_runs(posargs))
     if failed:
         session.error("parity failed on " + ", ".join(f"{name} (exit {code})" for name, code in failed.items()))
+
+
+# The built-in backends, from pyproject.toml's entry points; the browser ones run in the Chromium of `npm ci`.
+_BACKENDS: dict[str, str] = tomllib.loads(Path(__file__).with_name("pyproject.toml").read_text())["project"][
+    "entry-points"]["parity.backends"]
+BROWSER_BACKENDS = [name for name, target in _BACKENDS.items()
+                    if target.startswith("parity_harness._backends.browser.")]
+_WITHOUT_BROWSER = "--without-browser"
+
+
+def _without_browser(posargs: list[str]) -> tuple[list[str], str | None]:
+    """posargs without `--without-browser=REASON`, and REASON (None: the browser backends run)."""
+    rest: list[str] = []
+    reason: str | None = None
+    for arg in posargs:
+        key, eq, value = arg.partition("=")
+        if key == _WITHOUT_BROWSER:
+            if not eq or not value.strip():
+                raise ValueError(f"{_WITHOUT_BROWSER}=REASON: say in a few words why the browser backends cannot run")
+            reason = value.strip()
+        else:
+            rest.append(arg)
+    return rest, reason
+
+
+def _drop_browser_backends(posargs: list[str]) -> list[str]:
+    """`parity run` args naming, with `--backends`, the backends asked for but the browser ones (every built-in
+    one that runs by default when none is named)."""
+    default = [n for n in _BACKENDS if n not in BROWSER_BACKENDS]
+    out: list[str] = []
+    named: list[str] | None = None
+    skip_next = False
+    for i, arg in enumerate(posargs):
+        if skip_next:
+            skip_next = False
+            continue
+        if arg == "--backends" and i + 1 < len(posargs):
+            named, skip_next = posargs[i + 1].split(","), True
+        elif arg.startswith("--backends="):
+            named = arg.partition("=")[2].split(",")
+        else:
+            out.append(arg)
+    kept = [n for n in (named if named is not None else default) if n not in BROWSER_BACKENDS]
+    return ["--backends", ",".join(kept), *out]
 
 
 def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:

@@ -123,3 +123,39 @@ def test_a_named_fixture_runs_alone(noxfile: types.ModuleType) -> None:
     assert len(_parity_runs(session)) == 1
     assert session.errors == ["parity failed on fixtures/toy-stress (exit 1)"]
 
+
+
+def _backends_arg(run: tuple[str, ...]) -> list[str]:
+    return run[run.index("--backends") + 1].split(",")
+
+
+def test_without_browser_names_every_other_backend_and_says_why(noxfile: types.ModuleType) -> None:
+    session = FakeSession(["--without-browser=Chromium from npm is x86-64 Linux only", "--json", "r.json"], {})
+    logged: list[str] = []
+    session.log = lambda *a: logged.append(" ".join(map(str, a)))  # type: ignore[attr-defined]
+    noxfile.parity(session)
+    runs = _parity_runs(session)
+    assert len(runs) == 2
+    browser = set(noxfile.BROWSER_BACKENDS)
+    assert browser == {"typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "onnxruntime-webgpu"}
+    for run in runs:
+        assert not any(a.startswith("--without-browser") for a in run)
+        named = _backends_arg(run)
+        assert "numpy" in named and "pytorch" in named and not browser & set(named), named
+    assert "r.toy-stress.json" in runs[1]
+    assert len(logged) == 1 and "Chromium from npm is x86-64 Linux only" in logged[0]
+    assert all(name in logged[0] for name in browser)
+
+
+def test_without_browser_filters_the_backends_named(noxfile: types.ModuleType) -> None:
+    session = FakeSession(["--backends", "numpy,typescript-browser", "--without-browser=no Chromium here"], {})
+    session.log = lambda *a: None  # type: ignore[attr-defined]
+    noxfile.parity(session)
+    assert all(_backends_arg(run) == ["numpy"] for run in _parity_runs(session))
+
+
+def test_without_browser_needs_a_reason(noxfile: types.ModuleType) -> None:
+    session = FakeSession(["--without-browser"], {})
+    with pytest.raises(SessionError):
+        noxfile.parity(session)
+    assert _parity_runs(session) == [] and "REASON" in session.errors[0]
