@@ -316,3 +316,39 @@ def test_transformerlens_hooks_are_the_family_taps_and_agree_in_float64() -> Non
     worst = {k: max_diff(cache[k][0].detach().numpy(), ours[k].numpy()) for k in hooks}
     worst["logits"] = max_diff(logits[0].detach().numpy(), ours["logits"].numpy())
     assert max(worst.values()) <= 1e-13, {k: v for k, v in worst.items() if v > 1e-13}  # measured: 1.8e-15
+
+
+# -- each classic porting bug first shows at its own tap ------------------------------------------
+
+
+def _swap_gate_and_up(p: dict[str, Any]) -> dict[str, Any]:
+    out = dict(p)
+    for i in range(TOY_LLAMA.n_layer):
+        gate, up = f"model.layers.{i}.mlp.gate_proj.weight", f"model.layers.{i}.mlp.up_proj.weight"
+        out[gate], out[up] = p[up], p[gate]
+    return out
+
+
+def _one_plus_w(p: dict[str, Any]) -> dict[str, Any]:
+    """RMSNorm's gain read as 1 + w (Gemma's convention) on Llama weights."""
+    return {k: 1.0 + v if k.endswith("norm.weight") else v for k, v in p.items()}
+
+
+@pytest.mark.parametrize(("bug", "first", "logits_off"), [
+    (("config", {"rope_base": 500000.0}), "blocks.0.attn.hook_rot_q", 1e-3),
+    (("config", {"rope_pairing": "interleaved"}), "blocks.0.attn.hook_rot_q", 1e-3),
+    (("config", {"rms_eps": 1e-6}), "blocks.0.ln1.hook_scale", 1e-5),  # 1e-5 read as 1e-6: logits off by 2.7e-4
+    (("params", _swap_gate_and_up), "blocks.0.mlp.hook_pre", 1e-3),
+    (("params", _one_plus_w), "blocks.0.attn.hook_q", 1e-3),  # the gain is after hook_normalized
+], ids=["rope-base", "rope-pairing", "rms-eps", "gate-up-swapped", "rmsnorm-1+w"])
+def test_each_porting_bug_first_shows_at_its_tap(bug: tuple[str, Any], first: str, logits_off: float) -> None:
+    """What a selftest mutant of each bug must be caught at: the first tap off by more than float64 round-off."""
+    p = params(TOY_LLAMA, torch.float64)
+    good = llama_model.run_with_taps(p, TOY_LLAMA, TOKENS)
+    kind, change = bug
+    if kind == "config":
+        bad = llama_model.run_with_taps(p, LlamaConfig(**change), TOKENS)
+    else:
+        bad = llama_model.run_with_taps(change(p), TOY_LLAMA, TOKENS)
+    assert first_difference(bad, good, 1e-9) == first
+    assert max_diff(bad["logits"].numpy(), good["logits"].numpy()) > logits_off
