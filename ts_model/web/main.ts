@@ -62,13 +62,23 @@ function checkTaps(
   });
 }
 
+/** A tap's name that a narrow screen may break after each dot (`<wbr>`: its text stays the name). */
+function tapCell(tap: string): HTMLTableCellElement {
+  const td = el("td", "", "tap");
+  tap.split(/(?<=\.)/).forEach((part, i) => {
+    if (i > 0) td.append(el("wbr"));
+    td.append(part);
+  });
+  return td;
+}
+
 function showTaps(rows: readonly TapRow[], firstFail: string | null): void {
   const body = byId<HTMLTableElement>("taps").tBodies[0]!;
   body.replaceChildren();
   for (const row of rows) {
     const ok = TIERS.every((t) => row.worst[t].ok);
     const tr = el("tr", "", `${ok ? "" : "fail"}${row.tap === firstFail ? " first" : ""}`.trim());
-    tr.append(el("td", row.tap));
+    tr.append(tapCell(row.tap));
     for (const tier of TIERS) tr.append(el("td", fmt(row.worst[tier].maxAbs), "num"));
     tr.append(el("td", ok ? "OK" : "FAIL"));
     body.append(tr);
