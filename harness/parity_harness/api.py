@@ -299,7 +299,11 @@ def failure_message(report: Report) -> str:
         lines += [divergence_paragraph(d) for d in ranked]
     if report.decoding is not None and report.decoding.n_failed:
         lines += _decoding_lines(report, headline=not lines)
-    lines.append(verdict_line(report))
+    if report.broken:  # registered plugins that failed to load: the others ran, never a pass
+        lines.append(f"{len(report.broken)} registered plugin(s) broken, not run: {'; '.join(report.broken)}")
+    verdict = verdict_line(report)
+    if not (report.broken and verdict.startswith("PASS")):  # the others' PASS is not the report's verdict
+        lines.append(verdict)
     return "\n".join(safe_line(line) for line in lines)  # this view's sink: outside strings made safe
 
 

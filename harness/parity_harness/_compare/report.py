@@ -62,6 +62,9 @@ class Report:
     # The backends asked for by name (`--backends`, the API's backends): each must compare something, or the
     # verdict is NOTHING_COMPARED (parity_harness/_run/request.py). Empty for the default selection.
     named: list[str] = field(default_factory=list)
+    # Registered plugins the default selection could not load, one line each ("NAME: its error"): the others ran,
+    # and the verdict is CRASHED (exit 2), never a pass (parity_harness/_run/request.py, `select_backends`).
+    broken: list[str] = field(default_factory=list)
     # The report as a tree (`tree`), built on first use; from then on the Report is frozen. Not in JSON.
     _tree: ReportTree | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -99,7 +102,7 @@ class Report:
     @property
     def passed(self) -> bool:
         return (self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
-                and self.crashed is None and not self.named_uncompared())
+                and self.crashed is None and not self.named_uncompared() and not self.broken)
 
     def named_uncompared(self) -> list[str]:
         """Backends asked for by name that compared no tap in any tier (declined, or every tap 'not supported')."""
@@ -139,7 +142,7 @@ class Report:
     @property
     def verdict(self) -> Verdict:
         """AGREE, DISAGREE, NOTHING_COMPARED (no check compared at all: never a silent pass), or CRASHED."""
-        if self.crashed is not None:
+        if self.crashed is not None or self.broken:  # a plugin that failed to load: never a pass
             return Verdict.CRASHED
         if self.n_passed + self.n_failed == 0 or self.named_uncompared():
             return Verdict.NOTHING_COMPARED

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parity_harness._backends.base import PRECISIONS, Backend, Precision
 from parity_harness._backends.boundary import GuardedBackend, guarded
-from parity_harness._backends.guard import describe_exception, reraise_if_interrupt
+from parity_harness._backends.guard import describe_exception, one_line, reraise_if_interrupt
 from parity_harness._core.errors import BackendUnavailable, ParityError
 from parity_harness._core.precision import DEFAULT_PRECISIONS
 from parity_harness._core.status import RunStatus
@@ -65,11 +65,14 @@ def _refuse_repeated(names: list[str], option: str, what: str = "backend") -> No
                           f"(each {what} runs once; its checks would be counted twice)")
 
 
-def select_backends(names: Sequence[str] | None) -> Selection:
+def select_backends(names: Sequence[str] | None, broken: list[str] | None = None) -> Selection:
     """Backends to run by name (None: every registered backend whose `by_default` is True, the reference first).
 
     Asked for by name, a backend with missing dependencies is an error (exit 2) with the install hint; by
-    default it is skipped and reported.
+    default it is skipped and reported. A registered plugin that cannot be loaded (its import, class or
+    `__init__` fails, or its declarations do) refuses a run that named it. The default selection given a
+    `broken` list runs the others and appends one line per such plugin to it ("NAME: its error"), which makes
+    the run's verdict an error (exit 2: `Report.broken`), never a pass; without one, the first is the error.
     """
     from parity_harness._backends.registry import backend_entry_points, load_backend
 
@@ -78,17 +81,23 @@ def select_backends(names: Sequence[str] | None) -> Selection:
     named_only: list[str] = []
     default = sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n))
     for name in names if names is not None else default:
-        backend = load_backend(name)
-        if names is None and not backend.by_default:
+        try:
+            backend = load_backend(name)
+            by_default = backend.by_default
+            why = backend.unavailable() if names is not None or by_default else None
+        except ParityError as exc:
+            if names is not None or broken is None:
+                raise
+            broken.append(f"{name}: {one_line(str(exc))}")
+            continue
+        if names is None and not by_default:
             named_only.append(name)
-            continue
-        why = backend.unavailable()
-        if why:
-            if names is not None:
-                raise BackendUnavailable(why)
+        elif why and names is not None:
+            raise BackendUnavailable(why)
+        elif why:
             skipped.append(why)
-            continue
-        chosen.append(backend)
+        else:
+            chosen.append(backend)
     return Selection(chosen, skipped, named_only)
 
 
@@ -218,6 +227,7 @@ class RunPlan:
     skipped: tuple[str, ...] = ()  # one line per registered backend skipped for missing dependencies
     named_only: tuple[str, ...] = ()  # registered backends that run only when named
     save_outputs: Path | None = None  # where the dumps go (`--save-outputs DIR`), checked already
+    broken: tuple[str, ...] = ()  # registered plugins that failed to load, one line each ("NAME: error")
 
 
 def plan_run(backends: object, fixture: object = None, precisions: object = "all", *, no_skip: bool = False,
@@ -232,17 +242,20 @@ def plan_run(backends: object, fixture: object = None, precisions: object = "all
     check_flag("allow_loose_tolerances", allow_loose_tolerances)
     wanted = precisions_from(precisions)
     fx = fixture_from(fixture, allow_loose_tolerances)
+    broken: list[str] = []
     if backends is None:
-        chosen, skipped, named_only = select_backends(None)
+        chosen, skipped, named_only = select_backends(None, broken)
         if not chosen:
-            raise BackendUnavailable(f"no backend can run: {skipped[0] if skipped else 'none is registered'}")
+            first = broken[0] if broken else skipped[0] if skipped else "none is registered"
+            raise BackendUnavailable(f"no backend can run: {first}")
         if skipped and no_skip:
             raise BackendUnavailable(f"{len(skipped)} backend(s) skipped and --no-skip was given: {skipped[0]}")
     else:
         chosen, skipped, named_only = backends_from(backends), [], []
     _refuse_nothing_to_compare(chosen, wanted, named=backends is not None)
     dumps = _check_dumps(save_outputs, chosen, wanted)
-    return RunPlan(fx, tuple(chosen), tuple(wanted), backends is not None, tuple(skipped), tuple(named_only), dumps)
+    return RunPlan(fx, tuple(chosen), tuple(wanted), backends is not None, tuple(skipped), tuple(named_only), dumps,
+                   tuple(broken))
 
 
 def _refuse_nothing_to_compare(backends: list[GuardedBackend], precisions: list[Precision], named: bool) -> None:
@@ -293,6 +306,7 @@ def execute(plan: RunPlan, *, progress: object = None, keep_outputs: bool = Fals
                         keep_outputs=keep_outputs or plan.save_outputs is not None, decoding=decoding,
                         budget=budget, keep_on_crash=keep_on_crash, jobs=lanes)
     report.skipped = list(plan.skipped)
+    report.broken = list(plan.broken)
     report.named = [b.name for b in plan.backends] if plan.named else []
     if report.crash is not None and not any(r.status == RunStatus.RAN for r in report.runs):
         raise report.crash  # no backend ran before it: the one line
