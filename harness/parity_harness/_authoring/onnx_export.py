@@ -134,11 +134,14 @@ def export_program(
     module: Any, example: tuple[Any, ...], path: Path, input_names: list[str], output_names: list[str],
     dynamic: Any, check: Callable[[Any, Path], None],
 ) -> None:
-    """Export `module` with the dynamo exporter into `path`, atomically: written beside it, loaded and
-    checked by `check(model, path)`, then moved in place. The exporter's chatter is kept quiet, and its
-    last lines are in the error when it fails."""
+    """Export `module` with the dynamo exporter into `path`, atomically: written beside it, cleaned of the
+    exporter's metadata (`clean.graph_bytes`: no source path or object address, the same bytes from any
+    directory), loaded and checked by `check(model, path)`, then moved in place. The exporter's chatter is
+    kept quiet, and its last lines are in the error when it fails."""
+    import onnx
     import torch
 
+    from parity_harness._backends.onnx.clean import graph_bytes
     from parity_harness._core.safe_write import write_atomic_with
 
     def write(tmp: Path) -> None:
@@ -154,6 +157,8 @@ def export_program(
             except Exception as exc:
                 tail = log.getvalue().strip().splitlines()[-5:]
                 raise RuntimeError(f"ONNX export of {path} failed: {exc}\n" + "\n".join(tail)) from exc
+        # The exporter's metadata names this checkout's paths and Python object addresses: dropped (clean.py).
+        tmp.write_bytes(graph_bytes(onnx.load_model(str(tmp))))
         check(load_onnx(tmp), path)
 
     write_atomic_with(path, write, "ONNX graph")

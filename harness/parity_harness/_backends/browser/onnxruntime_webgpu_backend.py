@@ -31,6 +31,7 @@ import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.browser import driver as browser
+from parity_harness._backends.onnx.clean import graph_bytes
 from parity_harness._backends.onnx.graph import expected_outputs, load_onnx, onnx_file
 from parity_harness._backends.onnx.load import file_key
 from parity_harness._core.errors import BackendFailed
@@ -94,15 +95,13 @@ class OnnxRuntimeWebGpuBackend(Backend):
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:
             raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
-        import onnx
-
         path = onnx_file(fixture, "all_taps")  # FixtureError (exit 2) when missing; weights checked
         names = expected_outputs(fixture.tap_names, "all_taps")
         model = load_onnx(path, file_key(fixture, path))  # onnx_file has run onnx.checker on it
         on_cpu = float32_graph(model)  # the position table: on the CPU provider, as the openvino backend computes it
         with tempfile.TemporaryDirectory(prefix="parity-webgpu-") as tmp:
             graph_file = Path(tmp) / "model.float32.onnx"
-            onnx.save(model, str(graph_file))
+            graph_file.write_bytes(graph_bytes(model))  # the one serializer of a graph parity writes (clean.py)
             argv = ["all_taps", "all", "webgpu", str(graph_file), ",".join(on_cpu)]
             tensors, metadata = browser.run_to_file(self.name, "onnxruntime-web", fixture.root, argv)
         adapter = json.loads(metadata.get("webgpu_adapter", "{}"))

@@ -3,7 +3,7 @@
 `fp16_graph(path)` reads `model.onnx` (the caller has already checked it and its weights against the
 fixture: the check applies to this fp32 source, `weights.py`), converts it with the converter that ships
 inside onnxruntime, `onnxruntime.transformers.float16.convert_float_to_float16` (no new dependency), and
-returns the converted model's bytes, checked:
+returns the converted model's bytes, checked, serialized by `clean.graph_bytes` (no exporter metadata):
 
 - `keep_io_types=False`: the input stays int64 token ids (the converter touches float32 only) and every
   output (every tap) becomes float16, so each tap leaves on the fp16 grid; the backend widens it to
@@ -58,6 +58,7 @@ def convert(data: bytes, path: Path, tap_names: Sequence[str],
     `edit`, if given, changes the converted model in place before it is checked (the tests plant errors)."""
     import onnx
 
+    from parity_harness._backends.onnx.clean import graph_bytes
     from parity_harness._backends.onnx.graph import check_onnx_model
     from parity_harness._backends.onnx.load import first_line
     from parity_harness._core.errors import FixtureError
@@ -77,8 +78,7 @@ def convert(data: bytes, path: Path, tap_names: Sequence[str],
     wrong = [o.name for o in model.graph.output if o.type.tensor_type.elem_type != FLOAT16]
     if wrong:
         raise BackendFailed(f"{path}: the fp16 conversion left {len(wrong)} outputs not float16 ({wrong[:3]})")
-    serialized: bytes = model.SerializeToString()
-    return serialized
+    return graph_bytes(model)  # the one serializer of a graph parity makes (clean.py)
 
 
 def _converter() -> Any:
