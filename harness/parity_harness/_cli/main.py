@@ -744,8 +744,9 @@ def _print_error(exc: ParityError, verbose: bool) -> None:
     if cause is not None and os.environ.get("PARITY_DEBUG") == "1" and _message(exc).startswith("internal error"):
         traceback.print_exception(cause, file=sys.stderr)  # sanitized like every line (safe_streams)
     print(f"parity: error: {_message(exc)}{hint}", file=sys.stderr)
-    if detail and verbose:
-        print(safe_text(str(detail)).rstrip("\n"), file=sys.stderr)
+    if detail and verbose:  # one print per line: the streams' backstop (SafeStream) makes a line feed in a print
+        for line in safe_text(str(detail)).rstrip("\n").split("\n"):  # a space, which flattened the traceback
+            print(line, file=sys.stderr)
 
 
 OWN_MESSAGE_LIMIT = 4000  # characters of a message parity wrote itself (a long path must not cut off the hint)
