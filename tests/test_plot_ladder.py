@@ -9,8 +9,10 @@ the glyphs with a `translate(x y)`.
 
 from __future__ import annotations
 
+import os
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +72,54 @@ def test_both_axes_have_titles_inside_the_picture(ladder: ET.Element) -> None:
     (y_title, y_at), = texts(axis(ladder, 2))
     assert "max |actual - golden|" in y_title
     assert y_at >= 0, f"the y axis title starts left of the picture (x = {y_at})"
+
+
+DOLLAR_NAME = "$\\sqrt{2}$-port"  # a backend name mathtext would draw as a square root
+PLUGIN = '''"""A correct backend whose name is mathtext (tests/test_plot_ladder.py)."""
+from typing import ClassVar
+import numpy as np
+from parity_harness._backends.base import Backend
+
+
+class Dollar(Backend):
+    name: ClassVar[str] = {name}
+    description: ClassVar[str] = "returns the goldens"
+    precisions: ClassVar[tuple[str, ...]] = ("fp64",)
+
+    def run(self, fixture, precision):
+        return {{c: {{t: np.array(a, copy=True) for t, a in taps.items()}}
+                for c, taps in fixture.golden(precision).items()}}
+'''
+
+
+def test_a_backend_name_with_dollars_is_drawn_as_written(tmp_path: Path) -> None:
+    """Text from outside (a plugin's name) is never parsed as mathtext: its '$' and '\\' are drawn as glyphs."""
+    root = tmp_path / "plugin"
+    root.mkdir()
+    (root / "parity_dollar_plugin.py").write_text(PLUGIN.format(name=ascii(DOLLAR_NAME)), encoding="utf-8")
+    info = root / "parity_dollar_plugin-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: parity-dollar-plugin\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[parity.backends]\n{DOLLAR_NAME} = parity_dollar_plugin:Dollar\n")
+    svg = tmp_path / "ladder.svg"
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    proc = run_cli("run", "--backends", f"numpy,{DOLLAR_NAME}", "--precision", "fp64", "--plot", str(svg), "-q",
+                   env={"PYTHONPATH": path})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    tree = ET.fromstring(svg.read_bytes(), parser=ET.XMLParser(target=ET.TreeBuilder(insert_comments=True)))
+    labels = [g for g in tree.iter(f"{SVG}g") if g.get("id", "").startswith("text_")
+              and any(c.tag is ET.Comment and DOLLAR_NAME in (c.text or "") for c in g)]  # type: ignore[comparison-overlap]
+    assert len(labels) == 2, "the legend names the backend's two tiers"  # fp64 vs fp64, fp64 vs fp32
+    for label in labels:
+        glyphs = {u.get("{http://www.w3.org/1999/xlink}href", "") for u in label.iter(f"{SVG}use")}
+        assert {glyph("$"), glyph("\\")} <= glyphs, glyphs  # '$' and '\\' drawn as written
+        assert glyph("\u221a") not in glyphs, glyphs  # no radical sign: nothing was parsed
+
+
+def glyph(ch: str) -> str:
+    """The SVG id matplotlib gives `ch`'s glyph in its default font (DejaVu Sans): '#DejaVuSans-<glyph index, hex>'."""
+    from matplotlib.font_manager import FontProperties, findfont
+    from matplotlib.ft2font import FT2Font
+
+    font = FT2Font(findfont(FontProperties()))
+    return f"#{font.postscript_name}-{font.get_char_index(ord(ch)):x}"
