@@ -432,3 +432,21 @@ def test_hf_llama_in_float64_computes_three_steps_in_float32(monkeypatch: pytest
         monkeypatch.setattr(owner, attr, fix)
     logits_off, ln1_off, layers = logits_and_layers()
     assert max(logits_off, ln1_off, *layers) <= 1e-13
+
+
+def test_bounded_taps_stay_in_the_family_tables_ranges() -> None:
+    """The table's bounds hold on the reference; RMSNorm's is sqrt(d_model), not LayerNorm's sqrt(d_model - 1)."""
+    family = load_family("llama")
+    p = params(TOY_LLAMA, torch.float64)
+    taps = llama_model.run_with_taps(p, TOY_LLAMA, TOKENS)
+    bounded = [name for name in taps if family.value_range(TOY_LLAMA, name) is not None]
+    assert "blocks.0.ln1.hook_normalized" in bounded and "blocks.1.attn.hook_pattern" in bounded
+    for name in bounded:
+        lo, hi = family.value_range(TOY_LLAMA, name)  # type: ignore[misc]
+        assert lo <= float(taps[name].min()) and float(taps[name].max()) <= hi, name
+    spike = torch.zeros(1, TOY_LLAMA.d_model, dtype=torch.float64)
+    spike[0, 3] = 1e3  # all the energy in one coordinate: normalized to just under sqrt(d_model)
+    seen: dict[str, Any] = {}
+    llama_model.rms_norm(spike, torch.ones(TOY_LLAMA.d_model, dtype=torch.float64), 1e-12, seen, "n")
+    _, hi = family.value_range(TOY_LLAMA, "ln_final.hook_normalized")  # type: ignore[misc]
+    assert (TOY_LLAMA.d_model - 1) ** 0.5 < float(seen["n.hook_normalized"].max()) <= hi
