@@ -277,14 +277,15 @@ def _ln_scale(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, at
     d, eps = ctx.config.d_model, ctx.config.ln_eps
     var = np.maximum(b * b - eps, 0.0)
     if _explains(a, b, np.sqrt(var * d / (d - 1) + eps), bad, atol, rtol):
-        return [f"{VARIANCE_UNBIASED} (unbiased) instead of d: the scale is sqrt(d/(d-1)) = "
-                f"{math.sqrt(d / (d - 1)):.4f} x the golden's (d = {d})"]
+        return [f"{VARIANCE_UNBIASED}: the scale is sqrt(d/(d-1)) = {math.sqrt(d / (d - 1)):.4f} x the golden's "
+                f"(d = {d}): the unbiased variance instead of the biased one"]
     fin = bad & np.isfinite(a)
     if fin.any():
         delta = float(np.median((a * a - b * b)[fin]))
         if delta != 0.0 and eps + delta >= 0.0 and _explains(a, b, np.sqrt(np.maximum(b * b + delta, 0.0)), bad, atol,
                                                             rtol):
-            return [f"{LN_EPS} {eps + delta:.2g} instead of {eps:g}: scale^2 - golden^2 is the constant {delta:+.2g}"]
+            return [f"{LN_EPS}: {eps + delta:.2g} instead of {eps:g} (scale^2 - golden^2 is the constant "
+                    f"{delta:+.2g})"]
     source = _ln_input(ctx.tap, ctx.config)
     x = None if source is None else ctx.golden(source)
     if x is not None and x.shape[:-1] == a.shape[:-1]:  # cancellation: error ~ eps |mean|^2 where |mean| >> std
@@ -302,8 +303,8 @@ def _ln_scale(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, at
             y = np.asarray(resid, dtype=np.float64) + np.asarray(attn, dtype=np.float64)
             pred = np.sqrt(np.var(y, axis=-1, keepdims=True) + eps)
             if _explains(a, b, pred, bad, atol, rtol):
-                return [f"{POST_LN} (LayerNorm after the sublayer, x = LN(x + Attn(x))) instead of GPT-2's pre-LN: "
-                        "ln1's scale is that of the candidate's x + attn_out"]
+                return [f"{POST_LN}: LayerNorm after the sublayer, x = LN(x + Attn(x)), instead of GPT-2's pre-LN "
+                        "(ln1's scale is that of the candidate's x + attn_out)"]
     return []
 
 
@@ -315,8 +316,8 @@ def _ln_normalized(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, r
     d, eps = ctx.config.d_model, ctx.config.ln_eps
     pred = b * s / np.sqrt(np.maximum(s * s - eps, 0.0) * d / (d - 1) + eps)
     if _explains(a, b, pred, bad, atol, rtol):
-        return [f"{VARIANCE_UNBIASED} (unbiased) instead of d: the output is sqrt((d-1)/d) = "
-                f"{math.sqrt((d - 1) / d):.4f} x the golden's (d = {d})"]
+        return [f"{VARIANCE_UNBIASED}: the output is sqrt((d-1)/d) = {math.sqrt((d - 1) / d):.4f} x the golden's "
+                f"(d = {d}): the unbiased variance instead of the biased one"]
     return []
 
 
@@ -373,8 +374,8 @@ def _gelu(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: floa
         return []
     tanh = 0.5 * pre * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (pre + 0.044715 * pre**3)))
     candidates: dict[str, np.ndarray] = {
-        f"{GELU_TANH} (GPT-2's gelu_new) instead of the exact erf GELU: the difference is gelu_tanh(pre) - "
-        "gelu(pre)": tanh,
+        f"{GELU_TANH}: GPT-2's gelu_new instead of the exact erf GELU (the difference is gelu_tanh(pre) - "
+        "gelu(pre))": tanh,
         f"{GELU_RELU}: the output is max(pre, 0)": np.maximum(pre, 0.0),
         f"{ERF_APPROX}: GELU with the Abramowitz-Stegun 7.1.26 erf polynomial (error 1.5e-7)":
             0.5 * pre * (1.0 + _erf_as(pre / math.sqrt(2.0))),
@@ -567,7 +568,7 @@ def _step_variants(a: np.ndarray, b: np.ndarray, bad: np.ndarray, tap: str, atol
             if position != ctx.position and _explains(a, b, _one_step(ctx, position, "all").get(tap), bad, atol,
                                                       rtol):
                 offset = position - ctx.position
-                return [f"{DECODE_POSITION}: the new token encoded at position {position} instead of {ctx.position} "
+                return [f"{DECODE_POSITION}: encoded at position {position} instead of {ctx.position} "
                         f"(offset {offset:+d}{': not offset by the cache length' if position == 0 else ''})"]
     except (KeyError, ValueError, IndexError):  # a model this recomputation does not know: no cause
         return []
