@@ -187,3 +187,40 @@ def test_the_page_fits_a_375_px_phone(browser_tmp: Path) -> None:
     assert seen["width"] == PHONE, seen  # the layout viewport: a page wider than the screen widens it
     assert seen["numbers"] >= 86, seen  # the taps table's numbers (43 taps x 2 tiers) were measured
     assert seen["wrapped"] == [], f"numbers broken over two lines: {seen['wrapped']}"
+
+
+def test_unit_the_live_page_is_built_again_only_when_a_source_changed(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """LivePage with a stand-in bundler (no Node): one build at start, one per change, an ERROR page on failure."""
+    from parity_harness._core.errors import BackendFailed
+    from parity_harness._tools.serve import LivePage
+
+    (tmp_path / "ts" / "model").mkdir(parents=True)
+    model = tmp_path / "ts" / "model" / "model.ts"
+    model.write_text("export const version = 1;\n")
+    monkeypatch.setenv("PARITY_TS_DIR", str(tmp_path / "ts"))
+    builds: list[str] = []
+
+    def build(out: Path) -> None:
+        source = model.read_text()
+        if "broken" in source:
+            raise BackendFailed("parity serve: esbuild cannot bundle main.ts: model.ts:1: <unexpected> token")
+        builds.append(source)
+        for name in ("index.html", "main.js", "style.css"):
+            (out / name).write_text(f"{name} of {source}")
+
+    page = LivePage(build)
+    assert len(builds) == 1
+    first = page.route("/main.js")
+    assert first is not None and b"version = 1" in first.body and page.route("/main.js") == first
+    assert len(builds) == 1  # unchanged sources: no second build
+    model.write_text("export const version = 2;\n")
+    second = page.route("/main.js")
+    assert second is not None and b"version = 2" in second.body and len(builds) == 2
+    model.write_text("broken\n")
+    error = page.route("/")
+    assert error is not None and b'data-verdict="ERROR"' in error.body and b"&lt;unexpected&gt;" in error.body
+    assert page.route("/index.html") == error and len(builds) == 2
+    model.write_text("export const version = 3;\n")
+    fixed = page.route("/")
+    assert fixed is not None and b"version = 3" in fixed.body and len(builds) == 3
