@@ -219,17 +219,24 @@ def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixt
 
 def cmd_lens(args: argparse.Namespace) -> int:
     from parity_harness._core.output_paths import check_output_paths
-    from parity_harness._tools.lens import run_lens
+    from parity_harness._tools.lens import REFERENCE_PRECISIONS, reference_only, run_lens
 
     check_output_paths({"--plot": args.plot}, input_dirs={args.fixture: "the fixture directory"})
     _check_plot(args.plot)
     fixture = load_fixture(args.fixture)
     names = parse_names(args.backends)
+    if names is not None and args.all_backends:
+        raise ParityError("--backends and --all-backends: give one (--backends names the backends to check)")
     backends, skipped, _ = select_backends(names)
+    reference = names is None and not args.all_backends  # the default: the reference backends, fp32 and fp64
+    if reference:
+        backends, skipped = reference_only(backends, skipped)
     for line in skipped:
         print(f"parity: skipped: {line}", file=sys.stderr)
     return for_verdict(run_lens(fixture, args.case, backends, Path(args.plot) if args.plot is not None else None,
-                                default_selection=names is None, out=sys.stdout, progress=_progress))
+                                default_selection=names is None, out=sys.stdout,
+                                progress=None if args.quiet else _progress,
+                                precisions=REFERENCE_PRECISIONS if reference else None))
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
@@ -515,8 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
     lens.add_argument("--plot", metavar="PATH", help="draw the grid (PNG or SVG, by extension)")
     lens.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     lens.add_argument("--backends",
-                      help="comma-separated backends to check against the golden (default: every available "
-                           "backend that produces logit_lens taps)")
+                      help="comma-separated backends to check against the golden, in every precision each computes "
+                           "in (default: the reference backends, pytorch and numpy, in fp32 and fp64)")
+    lens.add_argument("--all-backends", action="store_true",
+                      help="check every available backend that produces logit_lens taps, in every precision")
+    lens.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     lens.set_defaults(func=cmd_lens)
 
     generate = sub.add_parser("generate", help="greedy generation from a prompt on every backend that decodes, "

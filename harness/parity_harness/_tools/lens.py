@@ -5,6 +5,11 @@ Stream k is read as the model reads its last one, softmax(LN_f(x_k) @ W_E^T): th
 prediction). The grid comes from the float64 golden; every requested backend is run and any cell
 where its top guess differs from the golden's is marked. Exit 0 when every backend agrees on
 every top guess, 1 when one differs, 2 for bad input (an unknown case, say).
+
+By default it checks the reference backends only (`REFERENCE`: pytorch, which made the goldens, and numpy) in
+fp32 and fp64, 4 runs, a second or two: the lens is for reading what the model thinks. `--all-backends`
+checks every available backend that produces the taps, in every precision it computes in (22 runs on the
+toy, about 20 s), as `--backends` does for the ones it names.
 """
 
 from __future__ import annotations
@@ -17,11 +22,23 @@ from typing import TextIO
 
 import numpy as np
 
-from parity_harness._backends.boundary import AnyBackend, guarded
+from parity_harness._backends.base import Precision
+from parity_harness._backends.boundary import AnyBackend, GuardedBackend, guarded
 from parity_harness._core.errors import BackendFailed, ParityError
 from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Fixture
 from parity_harness._run.runner import Progress
+
+# What `parity lens` checks without --backends or --all-backends: the reference implementations, in the golden tiers.
+REFERENCE: tuple[str, ...] = ("pytorch", "numpy")
+REFERENCE_PRECISIONS: tuple[Precision, ...] = ("fp32", "fp64")
+
+
+def reference_only(chosen: Sequence[GuardedBackend], skipped: Sequence[str]) -> tuple[list[GuardedBackend], list[str]]:
+    """The default selection narrowed to the reference backends, and the skip lines that concern them."""
+    names = {f"backend {name!r} " for name in REFERENCE}
+    return ([b for b in chosen if b.name in REFERENCE],
+            [line for line in skipped if any(line.startswith(n) for n in names)])
 
 
 @dataclass
@@ -90,8 +107,11 @@ def format_grid(grid: LensGrid) -> list[str]:
 def run_lens(
     fixture: Fixture, case: str, backends: Sequence[AnyBackend], plot: Path | None,
     default_selection: bool = True, out: TextIO = sys.stdout, progress: Progress | None = None,
+    precisions: Sequence[Precision] | None = None,
 ) -> Verdict:
-    """Print (and optionally draw) the lens of `case`, checking each backend's top guesses against the golden."""
+    """Print (and optionally draw) the lens of `case`, checking each backend's top guesses against the golden.
+
+    `precisions`: the ones each backend is run in, of those it computes in (None: all of them)."""
     grid = golden_grid(fixture, case)
     if plot is not None:
         from parity_harness._views.plots import require_matplotlib
@@ -107,7 +127,7 @@ def run_lens(
                 why = f"declines this fixture ({declined})" if declined else "does not produce the logit_lens taps"
                 print(f"parity lens: {backend.name} {why}: not checked", file=out)
             continue
-        for precision in backend.precisions:
+        for precision in [p for p in backend.precisions if precisions is None or p in precisions]:
             say(f"parity: running {backend.name} ({precision}) ...")
             _, output = backend.outputs(fixture, precision, supported)
             if any(t not in output[case] for t in taps):
