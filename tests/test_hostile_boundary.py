@@ -126,7 +126,7 @@ EXIT_2 = [
     ("decode-generate-lists", ["generate", "--prompt", "the cat", "--backends", "numpy,decode-returns-lists"],
      ("expected numpy.ndarray",)),
     ("nothing-generate-single-run", ["generate", "--prompt", "the cat", "--backends", "numpy", "--precision", "fp64"],
-     ("nothing compared", "only one backend")),
+     ("nothing compared", "only one run decodes (numpy fp64)")),
     ("nothing-lens-no-lens-taps", ["lens", "--case", "grammar_0", "--backends", "no-lens-taps"],
      ("nothing compared", "logit_lens")),
     ("nothing-lens-a-declining-backend-is-not-run", ["lens", "--case", "grammar_0", "--backends",
