@@ -123,7 +123,9 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
 
     taps = fixture.tap_names
     x_of = {t: i for i, t in enumerate(taps)}
-    measured = [s for s in report.summaries if s.status != NOT_SUPPORTED and s.max_abs is not None]
+    tiers = report.tree.tiers
+    measured = [t.summary for tier in tiers for t in tier.taps
+                if t.status != NOT_SUPPORTED and t.summary.max_abs is not None]
     floor = ladder_floor([s.max_abs for s in measured if s.max_abs is not None])
     finite = [s.max_abs for s in measured if s.max_abs is not None and math.isfinite(s.max_abs)]
     top = max([*finite, 1e-4]) * 100
@@ -134,17 +136,15 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
         ax.axvspan(min(block) - 0.5, max(block) + 0.5, color="0.93" if i % 2 == 0 else "0.86", zorder=0)
         ax.text((min(block) + max(block)) / 2, top / 3, f"block {i}", ha="center", va="top", fontsize=9,
                 color="0.35")
-    backends = list(dict.fromkeys(s.backend for s in report.summaries))
+    backends = list(dict.fromkeys(tier.backend for tier in tiers))
     colors = plt.get_cmap("tab10" if len(backends) <= 10 else "tab20")  # more than 10: no two backends alike
-    groups: dict[tuple[str, str, str], list[Any]] = {}
-    for s in report.summaries:
-        groups.setdefault((s.backend, s.precision, s.golden), []).append(s)
-    for (backend, precision, golden), group in groups.items():
-        if all(s.status == NOT_SUPPORTED for s in group):
+    for node in tiers:
+        backend, precision, golden = node.backend, node.precision, node.golden
+        if node.n_compared == 0:
             continue
         y = np.full(len(taps), np.nan)
         crosses = []
-        for s in group:
+        for s in (t.summary for t in node.taps):
             if s.status == NOT_SUPPORTED or s.max_abs is None:
                 continue
             if math.isinf(s.max_abs):
@@ -158,7 +158,7 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
         if crosses:
             ax.plot(crosses, [top / 2] * len(crosses), linestyle="none", marker="x", markersize=9, color=color,
                     zorder=4)
-    for golden in dict.fromkeys(s.golden for s in report.summaries):
+    for golden in dict.fromkeys(node.golden for node in tiers):
         tier = fixture.tolerances[golden]  # type: ignore[index]
         color = "crimson" if golden == "fp32" else "darkorange"
         if all(tier.for_tap(t).rtol == 0 for t in taps):
