@@ -235,6 +235,8 @@ def test_the_page_on_depending_on_parity_names_what_exists() -> None:
     assert importlib.util.find_spec(plugin["parity"]) is not None
     for module in re.findall(r"`(parity_(?:harness|reference)[\w.]*)`", section):
         assert importlib.util.find_spec(module) is not None, module
+    # README's install paragraph points at it, by the anchor GitHub makes of the heading
+    assert "(docs/api.md#depending-on-parity-from-another-project)" in (REPO / "README.md").read_text()
 
 
 # -- the guide's packages install with their dependencies as written ---------------------------------
