@@ -116,8 +116,10 @@ def test_honest_float32_noise_gets_no_cause(toy: Fixture) -> None:
             assert got == [], (case.name, tap, got)
 
 
-def test_a_random_perturbation_gets_no_specific_cause(toy: Fixture) -> None:
-    """Each cell off by a random 0.1%..1%, either way: every tap fails, and no pattern claims it."""
+@pytest.mark.parametrize("additive", [0.0, 1e-3])
+def test_a_random_perturbation_gets_no_specific_cause(toy: Fixture, additive: float) -> None:
+    """Each cell off by a random 0.1%..1%, either way (plus, or not, a random 1e-3): every tap fails, and no pattern
+    claims it (multiplied only, probabilities stay probabilities and zeros stay zeros)."""
     rng = np.random.default_rng(1)
     for case in toy.cases[:4]:
         goldens = toy.golden_case("fp64", case.name, toy.tap_names)
@@ -125,8 +127,8 @@ def test_a_random_perturbation_gets_no_specific_cause(toy: Fixture) -> None:
             tol = toy.tolerances["fp64"].for_tap(tap)
             factor = 1.0 + rng.choice([-1.0, 1.0], golden.shape) * rng.uniform(1e-3, 1e-2, golden.shape)
             with np.errstate(invalid="ignore"):
-                perturbed = np.where(np.isfinite(golden), golden * factor + 1e-3 * rng.standard_normal(golden.shape),
-                                     golden)
+                perturbed = np.where(np.isfinite(golden),
+                                     golden * factor + additive * rng.standard_normal(golden.shape), golden)
             got = diagnose(perturbed, golden, "fp64", atol=tol.atol, rtol=tol.rtol,
                            context=_context(toy, case.name, tap, goldens, "fp64"))
             assert got == [], (case.name, tap, got)
