@@ -196,3 +196,15 @@ def test_gpt2_mini_exports_the_same_bytes_from_any_directory_and_names_none(tmp_
             leaks = [f for f in forbidden if f.encode() in data]
             assert not leaks, (path.name, leaks)
             assert not ABSOLUTE_PATH.search(data), (path.name, ABSOLUTE_PATH.search(data))
+
+
+def test_parity_s_own_fixtures_are_shown_by_name_and_the_user_s_as_given(tmp_path: Path) -> None:
+    from parity_harness._core.resources import PACKAGE_DIR, stress_fixture_dir, toy_fixture_dir
+    from parity_harness._core.shown_path import shown_fixture
+
+    assert shown_fixture(toy_fixture_dir()) == "fixtures/toy"
+    assert shown_fixture(str(stress_fixture_dir()) + "/") == "fixtures/toy-stress"
+    assert shown_fixture(PACKAGE_DIR / "_fixture") == "<parity>/_fixture"
+    for theirs in ("../my-port/fixture", str(tmp_path / "a dir" / "fx"), "fixtures/toy-copy", ""):
+        assert shown_fixture(theirs) == theirs
+
