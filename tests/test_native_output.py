@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import sys
 
 import pytest
@@ -47,7 +48,7 @@ def test_native_writes_inside_silenced_stay_off(capfd: pytest.CaptureFixture[str
 
 
 @posix
-def test_nested_and_repeated_silenced_restore_the_descriptors(capfd: pytest.CaptureFixture[str]) -> None:
+def test_nested_and_repeated_silenced_put_the_descriptors_back(capfd: pytest.CaptureFixture[str]) -> None:
     capfd.readouterr()
     before = (os.fstat(1).st_ino, os.fstat(2).st_ino)
     for _ in range(3):
@@ -56,6 +57,13 @@ def test_nested_and_repeated_silenced_restore_the_descriptors(capfd: pytest.Capt
     assert (os.fstat(1).st_ino, os.fstat(2).st_ino) == before
     out, err = capfd.readouterr()
     assert "native noise" not in out + err, (out, err)
+    # a backend stuck in native code under `silenced` is ended by the watchdog: its one line still reaches stderr
+    code = ("from parity_harness._backends.quiet import silenced\n"
+            "from parity_harness._backends.guard import hard_stop\n"
+            "with silenced():\n"
+            "    hard_stop(\"backend 'stuck' did not return\")\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and proc.stderr == "parity: error: backend 'stuck' did not return\n", proc.stderr
 
 
 class NoisyNative(NumpyBackend):
@@ -82,3 +90,4 @@ def test_a_backend_s_native_logging_stays_off_the_report(capfd: pytest.CaptureFi
         print("parity: a note from inside", file=unsilenced_stderr(), flush=True)  # still reaches the user
     assert capfd.readouterr().err == "parity: a note from inside\n"
     assert sys.stdout.write("x") == 1  # the streams are usable again
+

@@ -208,8 +208,10 @@ def hard_stop(line: str, interrupted: bool = False) -> None:
 
     For a backend that cannot be stopped in-process: it caught or masked every stop, or sits in native code.
     `os._exit`, so no thread a backend holds and no handler it installed can keep the process alive."""
+    from parity_harness._backends.quiet import put_back_descriptors
     from parity_harness._cli.exit_codes import BAD_INPUT, INTERRUPTED  # the CLI's codes (exit_codes.py)
 
+    put_back_descriptors()  # a backend silenced (fd 1 and 2 to a temporary file): the line reaches the terminal
     code, head = (INTERRUPTED, "interrupted") if interrupted else (BAD_INPUT, "error")
     with _hard_stop_lock:
         hooks = list(_hard_stop_hooks)

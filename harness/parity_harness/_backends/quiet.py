@@ -12,7 +12,7 @@ the first thread in saves the state and the last one out restores it, so two bac
 as two nested `warnings.catch_warnings` or `contextlib.redirect_stdout` entered and left on two threads
 could. parity's own lines are unaffected: the report is printed after the run, when nothing is silenced; a
 note printed meanwhile goes to `unsilenced_stderr()`, which writes to the real stderr (its saved descriptor);
-and a hard stop (_backends/guard.py) puts the descriptors back before it prints its line.
+and a hard stop (_backends/guard.py) puts the descriptors back (`put_back_descriptors`) before it prints.
 """
 
 from __future__ import annotations
@@ -194,11 +194,6 @@ def _redirect_fds() -> None:
         sink.close()
         return
     _saved["sink"] = sink
-    from parity_harness._backends.guard import hard_stop_hook
-
-    hook = hard_stop_hook(_put_back_for_a_hard_stop)
-    hook.__enter__()
-    _saved["hook"] = hook
 
 
 def _restore_fds() -> None:
@@ -213,7 +208,6 @@ def _restore_fds() -> None:
         with contextlib.suppress(OSError):
             os.close(saved)
     _fds.clear()
-    _saved.pop("hook").__exit__(None, None, None)
     sink = _saved.pop("sink")
     with contextlib.suppress(OSError):
         size = sink.seek(0, os.SEEK_END)
@@ -222,8 +216,10 @@ def _restore_fds() -> None:
     sink.close()
 
 
-def _put_back_for_a_hard_stop(line: str, code: int) -> None:
-    """A hard stop ends the process while a backend is silenced: its one line must reach the real stderr."""
+def put_back_descriptors() -> None:
+    """fd 1 and 2 pointed back where they were, for a hard stop (_backends/guard.py, `hard_stop`) that ends the
+    process while a backend is silenced: its one line must reach the real stderr. Takes no lock (the thread
+    inside may hold it)."""
     for fd, saved in list(_fds.items()):
         with contextlib.suppress(OSError):
             os.dup2(saved, fd)
