@@ -7,7 +7,9 @@ T dynamic from 1 to n_ctx), opset `ONNX_OPSET`, weights embedded in the single f
 - `model.logits.onnx` ("logits"): only `logits`, the graph a user would ship.
 
 The graph is traced by torch.onnx's dynamo exporter from `parity_reference.model.forward` itself (a small
-wrapper module returns the taps as a tuple), so the ONNX file cannot drift from the reference.
+wrapper module returns the taps as a tuple), so the ONNX file cannot drift from the reference. Every file
+is written by `_backends/onnx/clean.py`'s `graph_bytes`, without the exporter's metadata: no source path,
+no object address, the same bytes from any directory (docs/onnx.md, "What a graph holds").
 torch is imported inside `export_onnx` only; the checks need onnx and onnxruntime, not torch.
 """
 
