@@ -248,7 +248,7 @@ def oracle_judge_tensor(
                 message, idx, n = overflow
                 return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
                                    math.inf, list(idx), _oracle_cell(actual, idx), _oracle_cell(expected, idx),
-                                   message, n, step)
+                                   message, n, step, int(expected.size))
         elif isinstance(actual, np.ndarray) and actual.dtype != container:
             return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
                                math.inf, message=f"dtype {actual.dtype} != expected {container} ({precision} results "
@@ -267,10 +267,11 @@ def oracle_judge_tensor(
     if grid is not None and not cmp.message:
         message, n = grid
         return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, cmp.max_abs, cmp.max_rel,
-                           cmp.min_atol, cmp.index, cmp.actual, cmp.expected, message, n, step)
-    return CheckResult(
+                           cmp.min_atol, cmp.index, cmp.actual, cmp.expected, message, n, step, int(expected.size))
+    return CheckResult(  # n_cells: the golden's size once the tensors were compared
         backend, precision, golden, case, tap, OK if cmp.passed else FAIL, cmp.passed, atol, rtol,
         cmp.max_abs, cmp.max_rel, cmp.min_atol, cmp.index, cmp.actual, cmp.expected, cmp.message, cmp.n_bad, step,
+        int(np.size(expected)),
     )
 
 

@@ -208,3 +208,16 @@ def test_parity_s_own_fixtures_are_shown_by_name_and_the_user_s_as_given(tmp_pat
     for theirs in ("../my-port/fixture", str(tmp_path / "a dir" / "fx"), "fixtures/toy-copy", ""):
         assert shown_fixture(theirs) == theirs
 
+
+# The default fixture is not one the user pointed at: its path is parity's installation (issue 43, item 3).
+def test_a_report_of_the_default_fixture_names_no_installation_path(tmp_path: Path) -> None:
+    from parity_harness._core.resources import PACKAGE_DIR, toy_fixture_dir
+
+    proc = subprocess.run([sys.executable, "-m", "parity_harness", "run", "--backends", "numpy", "-q", "--json",
+                           "r.json", "--markdown", "r.md", "--junit", "r.xml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    installed = {str(PACKAGE_DIR), str(toy_fixture_dir().resolve().parent)}
+    for name in ("r.json", "r.md", "r.xml"):
+        text = (tmp_path / name).read_text()
+        assert not [p for p in installed if p in text], (name, installed)

@@ -18,6 +18,7 @@ JSON schema (version 1), stable for CI scripts:
       "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump",
                                                                              # "crashed" (message: the error line)
       "skipped": [str],                                  # registered backends not run (missing dependencies)
+      "broken": [str],       # registered backends whose plugin failed to load (exit 2; added in version 1)
       "restarts": [str],     # a browser or Node killed by a signal, restarted once and its backend run again
       "tolerances": {"fp32": {"atol", "rtol", "overrides": {tap: {"atol", "rtol"}}, "rows": {tap: int}},
                      "fp64": {...}},      # "rows" only when the fixture has taps with rows (the last N compared)
@@ -103,7 +104,7 @@ from parity_harness._compare.judge import NOT_SUPPORTED, FirstDivergence, TapSum
 from parity_harness._compare.report import Report
 from parity_harness._core.sanitize import safe_line
 from parity_harness._core.status import RunStatus
-from parity_harness._core.text import num_text, tier_label, tolerance_text
+from parity_harness._core.text import format_pair, num_text, tier_label, tolerance_text
 
 SCHEMA_VERSION = 1
 DUMP = RunStatus.DUMP  # a run's status when its outputs were read from a dump (`parity compare`)
@@ -167,7 +168,8 @@ def divergence_paragraph(d: FirstDivergence) -> str:
     values = ""
     if d.actual is not None and d.expected is not None and not d.message:
         cells = f"; {d.n_bad} cell{'s' if d.n_bad != 1 else ''} break tolerance" if d.n_bad else ""
-        values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
+        got, want = format_pair(d.actual, d.expected)  # the digits that show the difference
+        values = (f": got {got}, expected {want} "
                   f"(|diff| {num_text(d.max_abs)} > {tolerance_text(d.atol, d.rtol, rule=True)}{cells})")
     elif d.message:
         values = f": {d.message}"
@@ -289,7 +291,20 @@ def print_report(report: Report, out: TextIO, verbose: int | bool = 0, budget: b
         _emit(out, line)
     if tree.divergences:
         _emit(out)
+    hint = stale_hint(report)
+    if hint:
+        _emit(out, hint)
     _emit(out, verdict_line(report))
+
+
+def stale_hint(report: Report) -> str | None:
+    """'Hint: ...' when only the backend that made the goldens disagrees (parity_harness/_compare/diagnose.py)."""
+    if report.passed:
+        return None
+    from parity_harness._compare.diagnose import stale_golden_hint
+
+    hint = stale_golden_hint(report)
+    return f"Hint: {hint}" if hint else None
 
 
 def divergence_lines(report: Report) -> list[str]:
@@ -351,8 +366,13 @@ def compared_text(report: Report) -> str:
 
 
 def fixture_text(report: Report) -> str:
-    """The fixture as the verdict names it: relative to the working directory when it is under it."""
+    """The fixture as the verdict names it: parity's own by name (`fixtures/toy`, never the installation's path:
+    _core/shown_path.py), a user's relative to the working directory when it is under it, else as given."""
+    from parity_harness._core.shown_path import shown_fixture
+
     path = report.fixture
+    if shown_fixture(path) != path:
+        return shown_fixture(path)
     try:
         rel = os.path.relpath(path)
     except ValueError:  # another drive (Windows)
@@ -372,6 +392,10 @@ def verdict_line(report: Report) -> str:
     if crashed is not None:  # never a pass, whatever the runs before it found
         return (f"ERROR: backend {crashed.backend} crashed ({crashed.precision}), the run stopped there; "
                 f"the runs before it: {counts}{fixture}")
+    if report.broken:  # a registered plugin that failed to load: never a pass, whatever the others found
+        names = ", ".join(line.split(":", 1)[0] for line in report.broken)
+        return (f"ERROR: {len(report.broken)} registered backend(s) broken, not run: {names}; "
+                f"the others: {counts}{fixture}")
     if report.n_passed + report.n_failed == 0:
         return f"ERROR: nothing was compared; {counts}{fixture}"
     if report.named_uncompared():  # the Report's verdict (NOTHING_COMPARED), never a PASS line
@@ -391,6 +415,7 @@ def verdict_line(report: Report) -> str:
 
 
 def report_json(report: Report) -> dict[str, Any]:
+    from parity_harness._core.shown_path import shown_fixture
     from parity_harness._views.decoding import decoding_json
 
     by_backend: dict[str, list[dict[str, Any]]] = {}  # the tree's tiers in order; a backend's follow each other
@@ -402,7 +427,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "schema": "parity-report",
         "schema_version": SCHEMA_VERSION,
         "usable": True,
-        "fixture": report.fixture,
+        "fixture": shown_fixture(report.fixture),  # parity's own fixture by name, not its installation's path
         "fixture_id": report.fixture_id,
         "passed": report.passed,
         "exit_code": for_verdict(report.verdict),
@@ -416,6 +441,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "first_divergence": by_backend,
         "runs": [asdict(r) for r in report.runs],
         "skipped": list(report.skipped),
+        "broken": list(report.broken),  # registered plugins that failed to load, one line each: exit 2
         "restarts": list(report.restarts),
         "budget": [asdict(b) for b in report.budget],
         "tolerances": report.tolerances.get("tiers", {}),
@@ -434,7 +460,7 @@ def report_text(report: Report, verbose: int = 0) -> str:
     import io
 
     out = io.StringIO()
-    out.write(f"parity: fixture {report.fixture}\n")
+    out.write(f"parity: fixture {fixture_text(report)}\n")
     print_report(report, out, verbose=verbose)
     return out.getvalue()
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from parity_harness._compare.decoding import FAIL, NEAR_TIE, DecodingReport, GreedyCheck, step_name
 from parity_harness._compare.judge import FirstDivergence
 from parity_harness._core.status import GreedyStatus
-from parity_harness._core.text import num_text, tier_label, tolerance_text
+from parity_harness._core.text import format_pair, num_text, tier_label, tolerance_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,7 +55,8 @@ def divergence_paragraph(d: FirstDivergence, tokens: Sequence[int], vocab: Seque
     """e.g. "typescript fp64 vs fp64 decoding: first divergence at step 1, blocks.1.attn.cache_k, ..."."""
     values = f": {d.message}" if d.message else ""
     if not d.message and d.actual is not None and d.expected is not None:
-        values = (f": got {d.actual:.9g}, expected {d.expected:.9g} "
+        got, want = format_pair(d.actual, d.expected)  # the digits that show the difference
+        values = (f": got {got}, expected {want} "
                   f"(|diff| {num_text(d.max_abs)} > {tolerance_text(d.atol, d.rtol)})")
     step = d.step or 0
     agree = "exactly" if d.upstream_max_abs == 0 else f"within {num_text(d.upstream_max_abs)}"
@@ -63,7 +64,8 @@ def divergence_paragraph(d: FirstDivergence, tokens: Sequence[int], vocab: Seque
               else f"The checks before it (earlier steps, and earlier taps of this step) agree ({agree}).")
     return (f"{d.backend} decoding {tier_label(d.precision, d.golden)}: first divergence at {step_name(step)}, "
             f"{d.tap}, prompt {d.case}{_cell(d, tokens, vocab)}{values}. {before} "
-            f"The golden's top-2 logit margin at that step: {num_text(d.margin)}.")
+            f"The golden's top-2 logit margin at that step: {num_text(d.margin)}."
+            + (f" Likely cause: {d.cause}." if d.cause else ""))  # named from the numbers (_compare/diagnose.py)
 
 
 def decoding_lines(dec: DecodingReport, node: DecodingNode) -> list[str]:

@@ -17,7 +17,14 @@ from parity_harness._compare.report import Report
 from parity_harness._compare.tree import TierNode
 from parity_harness._core.sanitize import markdown_cell, markdown_line
 from parity_harness._core.text import num_text, tier_label, tolerance_text
-from parity_harness._views.console import divergence_paragraph, fixture_text, loose_line, tolerances_line, verdict_line
+from parity_harness._views.console import (
+    divergence_paragraph,
+    fixture_text,
+    loose_line,
+    stale_hint,
+    tolerances_line,
+    verdict_line,
+)
 from parity_harness._views.overview import share_text
 
 
@@ -53,7 +60,8 @@ def markdown_summary(report: Report) -> str:
         lines += ["", "### First divergences", ""]
         lines += [f"- {divergence_paragraph(d)}" for d in forward]
     lines += _decoding_lines(report, header)
-    lines += ["", tolerances_line(report)]
+    hint = stale_hint(report)
+    lines += ["", tolerances_line(report), *(["", hint] if hint else [])]
     if report.loose:
         lines += ["", f"**{loose_line(report)}**"]
     lines += [""]
