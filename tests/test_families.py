@@ -1,29 +1,28 @@
-"""Model families as data: the GPT-2 table says exactly what the code derives from tap names today.
+"""Model families as data: the GPT-2 table says exactly what the code derived from tap names before families.
 
-Every fact the harness re-derives from a GPT-2 tap's name (`taps.tap_names`, `taps.tap_shape_template`,
-`judge.axis_names` and `name_index`'s renaming, `fixture.row_axis`, `tolerances.tap_range`, `base.LAYER_TAPS`)
-is compared with `parity_reference/families/gpt2.json` for several configs; the Llama table is checked
-against its reference in tests/test_llama_reference.py, and its own facts here.
+The harness reads every tap's facts from `parity_reference/families/{family}.json`. The GPT-2 table is checked
+against data written before it existed (the committed fixtures' manifests: every tap's name and shape) and
+against the rules the harness used to derive from a tap's name, kept here as an independent statement of
+them; the Llama table is checked against its reference in tests/test_llama_reference.py, and its own facts here.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
-from parity_harness._backends.base import LAYER_TAPS
-from parity_harness._compare.judge import name_index
-from parity_harness._fixture.fixture import row_axis
-from parity_harness._fixture.tolerances import tap_range
-from parity_reference import taps
+from parity_harness._fixture.fixture import load_fixture
 from parity_reference.config import GPTConfig
 from parity_reference.families import FamilyError, family_names, load_family, parse_family
 from parity_reference.llama_config import LlamaConfig
+from tests.conftest import REPO
 
-# n_layer 1..4, different widths, both position kinds; every size >= 2 (judge.axis_names reads a size-1 axis as
+# n_layer 1..4, different widths, both position kinds; every size >= 2 (the old name rule read a size-1 axis as
 # "scale", so a config with d_head = 1 or d_model = 1 is one the name-based rule mislabels and the table does not).
 GPT2_CONFIGS = [
     GPTConfig(),
@@ -32,6 +31,42 @@ GPT2_CONFIGS = [
     GPTConfig(n_layer=4, d_model=24, n_head=6, d_mlp=40, vocab_size=30, n_ctx=8),
     GPTConfig(n_layer=2, d_model=6, n_head=2, d_mlp=6, vocab_size=6),  # d_mlp = vocab = d_model: only names tell
 ]
+# The sub-layers `run_layer` returned before families (parity attribute), relative to "blocks.{i}.".
+LAYER_TAPS = {
+    "attn": ("ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+             "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid"),
+    "mlp": ("ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out",
+            "hook_resid_post"),
+    "unembed": ("ln_final.hook_scale", "ln_final.hook_normalized", "logits"),
+}
+
+
+def axes_by_name_rule(tap: str, template: list[int | str], n_head: int, d_mlp: int, vocab: int) -> list[str]:
+    """The axis names the judge derived from a tap's name and shape before families."""
+    names: list[str] = []
+    for i, size in enumerate(template):
+        if size == "T":
+            names.append("key_position" if "position" in names else "position")
+        elif size == n_head and i < len(template) - 1:
+            names.append("head")
+        elif size == 1:
+            names.append("scale")
+        else:
+            names.append("dim")
+    if template[-1] == vocab and (tap in ("logits", "probs") or tap.startswith("logit_lens.")):
+        names[-1] = "token"
+    elif tap.endswith(("mlp.hook_pre", "mlp.hook_post")) and template[-1] == d_mlp:
+        names[-1] = "neuron"
+    return names
+
+
+def range_by_name_rule(tap: str, d_model: int) -> tuple[float, float] | None:
+    """The bounds the tolerances derived from a tap's name before families."""
+    if tap.endswith("attn.hook_pattern") or tap == "probs" or tap.startswith("logit_lens."):
+        return (0.0, 1.0)
+    if tap.endswith("hook_normalized"):
+        return (-math.sqrt(d_model - 1), math.sqrt(d_model - 1))
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -39,27 +74,30 @@ def gpt2() -> Any:
     return load_family("gpt2")
 
 
-@pytest.mark.parametrize("config", GPT2_CONFIGS, ids=lambda c: f"L{c.n_layer}-d{c.d_model}")
-def test_the_gpt2_table_reproduces_tap_names_and_shapes(gpt2: Any, config: GPTConfig) -> None:
-    assert gpt2.tap_names(config) == taps.tap_names(config.n_layer)
-    for tap in taps.tap_names(config.n_layer):
-        assert gpt2.shape_template(config, tap) == taps.tap_shape_template(config, tap), tap
+@pytest.mark.parametrize("fixture", ["fixtures/toy", "fixtures/toy-stress", "tests/data/toy-avx512"])
+def test_the_gpt2_table_reproduces_the_committed_manifests_taps(gpt2: Any, fixture: str) -> None:
+    """Written before families: every tap's name, order and shape in the manifest equal the table's."""
+    manifest = json.loads((REPO / fixture / "manifest.json").read_text())
+    config = GPTConfig.from_dict(manifest["config"])
+    assert gpt2.tap_names(config) == [t["name"] for t in manifest["taps"]]
+    for t in manifest["taps"]:
+        assert gpt2.shape_template(config, t["name"]) == t["shape"], t["name"]
+    assert load_fixture(REPO / fixture).family == "gpt2"  # no "family" key: read as gpt2
 
 
 @pytest.mark.parametrize("config", GPT2_CONFIGS, ids=lambda c: f"L{c.n_layer}-d{c.d_model}")
-def test_the_gpt2_table_names_the_axes_as_the_judge_does(gpt2: Any, config: GPTConfig) -> None:
-    vocab = [f"w{j}" for j in range(config.vocab_size)]
+def test_the_gpt2_table_names_the_axes_as_the_judge_did(gpt2: Any, config: GPTConfig) -> None:
     for tap in gpt2.tap_names(config):
-        template = taps.tap_shape_template(config, tap)
-        _, axes = name_index(tap, template, [0] * len(template), (0,), vocab, config.n_head, config.d_mlp)
-        assert gpt2.axis_names(config, tap) == list(axes), tap
+        template = gpt2.shape_template(config, tap)
+        expected = axes_by_name_rule(tap, template, config.n_head, config.d_mlp, config.vocab_size)
+        assert gpt2.axis_names(config, tap) == expected, tap
 
 
 @pytest.mark.parametrize("config", GPT2_CONFIGS, ids=lambda c: f"L{c.n_layer}-d{c.d_model}")
 def test_the_gpt2_table_knows_rows_bounds_and_layers(gpt2: Any, config: GPTConfig) -> None:
     for tap in gpt2.tap_names(config):
-        assert gpt2.rows_axis(tap) == row_axis(taps.tap_shape_template(config, tap)), tap
-        assert gpt2.value_range(config, tap) == tap_range(config, tap), tap
+        assert gpt2.rows_axis(tap) == gpt2.shape_template(config, tap).index("T"), tap
+        assert gpt2.value_range(config, tap) == range_by_name_rule(tap, config.d_model), tap
         expected = int(tap.split(".")[1]) if tap.startswith("blocks.") else None
         assert gpt2.layer_of(tap) == expected, tap
     for part, names in LAYER_TAPS.items():

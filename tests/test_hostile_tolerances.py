@@ -25,8 +25,8 @@ from safetensors.numpy import load_file, save_file
 
 from parity_harness._compare.judge import compare_tensors
 from parity_harness._core.precision import TIERS, Precision
-from parity_harness._fixture.fixture import Fixture, load_fixture, row_axis
-from parity_harness._fixture.tolerances import CEILINGS, override_atol_ceiling, tap_magnitude, tap_range
+from parity_harness._fixture.fixture import Fixture, load_fixture
+from parity_harness._fixture.tolerances import CEILINGS, override_atol_ceiling, tap_magnitude
 from tests.conftest import REPO, edit_manifest, rehash, run_cli
 from tests.test_hostile_plugins import assert_exit_2_one_line
 
@@ -66,14 +66,14 @@ def passes_everywhere(fixture: Fixture, precision: Precision, tap: str, atol: fl
 
 
 def bounded_taps(fixture: Fixture) -> list[str]:
-    return [t for t in fixture.tap_names if tap_range(fixture.config, t) is not None]
+    return [t for t in fixture.tap_names if fixture.model.value_range(t) is not None]
 
 
 # -- tol: the ceiling of a bounded tap follows its own range -------------------------------------------------
 
 def test_bounded_taps_are_the_softmax_outputs_and_the_normalized_layernorm_outputs() -> None:
     fixture = load_fixture(FIXTURES["toy"])
-    probability = [t for t in bounded_taps(fixture) if tap_range(fixture.config, t) == (0.0, 1.0)]
+    probability = [t for t in bounded_taps(fixture) if fixture.model.value_range(t) == (0.0, 1.0)]
     assert probability == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "probs",
                            "logit_lens.0", "logit_lens.1", "logit_lens.2"]
     normalized = [t for t in bounded_taps(fixture) if t not in probability]
@@ -82,7 +82,7 @@ def test_bounded_taps_are_the_softmax_outputs_and_the_normalized_layernorm_outpu
     for precision in TIERS:
         for case_taps in fixture.golden(precision).values():
             for tap in bounded_taps(fixture):
-                lo, hi = tap_range(fixture.config, tap)  # type: ignore[misc]
+                lo, hi = fixture.model.value_range(tap)  # type: ignore[misc]
                 assert lo <= case_taps[tap].min() and case_taps[tap].max() <= hi, tap
 
 
@@ -93,7 +93,7 @@ def test_tol_no_legal_override_lets_uniform_probabilities_pass(name: str, precis
     fixture = load_fixture(FIXTURES[name])
     carried = carried_magnitudes(fixture, precision)
     for tap in bounded_taps(fixture):
-        atol = override_atol_ceiling(precision, carried[tap], tap_range(fixture.config, tap))
+        atol = override_atol_ceiling(precision, carried[tap], fixture.model.value_range(tap))
         assert not passes_everywhere(fixture, precision, tap, atol, CEILINGS[precision].rtol), (tap, atol)
 
 
@@ -104,7 +104,7 @@ def test_tol_the_carried_magnitude_alone_would_let_uniform_probabilities_pass_on
     for tap in ("probs", "blocks.1.attn.hook_pattern", "logit_lens.0"):
         unbounded = override_atol_ceiling("fp32", carried[tap], None)
         assert unbounded > 10 and passes_everywhere(fixture, "fp32", tap, unbounded, 0.0), (tap, unbounded)
-        assert override_atol_ceiling("fp32", carried[tap], tap_range(fixture.config, tap)) == pytest.approx(0.1)
+        assert override_atol_ceiling("fp32", carried[tap], fixture.model.value_range(tap)) == pytest.approx(0.1)
 
 
 def test_tol_the_committed_stress_overrides_are_within_the_bounded_ceilings() -> None:
@@ -112,7 +112,7 @@ def test_tol_the_committed_stress_overrides_are_within_the_bounded_ceilings() ->
     for precision in TIERS:
         carried = carried_magnitudes(fixture, precision)
         for tap, tol in fixture.tolerances[precision].overrides.items():
-            bounds = tap_range(fixture.config, tap)
+            bounds = fixture.model.value_range(tap)
             if bounds is not None:
                 assert tol.atol <= override_atol_ceiling(precision, carried[tap], bounds), (precision, tap)
     assert fixture.loose == []
@@ -174,7 +174,7 @@ def add_rows(root: Path, rows: int) -> None:
         for key, value in tensors.items():
             tap = key.split("/", 1)[1]
             index = [slice(None)] * value.ndim
-            index[row_axis(fixture.manifest_tap_template(tap))] = slice(-rows, None)
+            index[fixture.model.rows_axis(tap)] = slice(-rows, None)  # type: ignore[index]
             tensors[key] = np.ascontiguousarray(value[tuple(index)])
         save_file(tensors, str(path))
     edit_manifest(root, lambda m: [t.update(rows=rows) for t in m["taps"]], seal=False)

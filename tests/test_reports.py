@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from parity_harness._compare.judge import axis_names, name_index
+from parity_harness._compare.judge import name_index
+from parity_reference.config import GPTConfig
 from parity_reference.taps import tap_names
 from tests.conftest import run_cli
 from tests.test_cli import perturb_weight
@@ -219,16 +220,19 @@ def test_plot_without_matplotlib_exits_2_with_the_install_hint(toy_dir: Path, tm
     assert not (tmp_path / "x.png").exists()
 
 
-def test_axis_names_follow_the_shape_templates() -> None:
-    assert axis_names(["T", 8], n_head=2) == ["position", "dim"]
-    assert axis_names(["T", 2, 4], n_head=2) == ["position", "head", "dim"]
-    assert axis_names([2, "T", "T"], n_head=2) == ["head", "position", "key_position"]
-    assert axis_names(["T", 1], n_head=2) == ["position", "scale"]
+def test_a_cell_is_named_by_its_taps_axes_from_the_family_table() -> None:
+    from parity_harness._fixture.model_spec import model_spec
+
+    model = model_spec("gpt2", GPTConfig(vocab_size=3, n_head=2))
+    assert model.axis_names("blocks.0.hook_resid_pre") == ["position", "dim"]
+    assert model.axis_names("blocks.0.attn.hook_z") == ["position", "head", "dim"]
+    assert model.axis_names("blocks.0.attn.hook_pattern") == ["head", "position", "key_position"]
+    assert model.axis_names("ln_final.hook_scale") == ["position", "scale"]
     vocab = [".", "the", "cat"]
-    assert name_index("blocks.0.attn.hook_pattern", [2, "T", "T"], [1, 2, 0], (0, 1, 2), vocab, 2, 32) == (
+    assert name_index(model.axis_names("blocks.0.attn.hook_pattern"), [1, 2, 0], (0, 1, 2), vocab) == (
         "head 1, position 2 ('cat'), key position 0 ('.')", {"head": 1, "position": 2, "key_position": 0})
-    assert name_index("logits", ["T", 3], [1, 2], (0, 1), vocab, 2, 32) == (
+    assert name_index(model.axis_names("logits"), [1, 2], (0, 1), vocab) == (
         "position 1 ('the'), token 2 ('cat')", {"position": 1, "token": 2})
-    assert name_index("blocks.1.attn.hook_z", ["T", 2, 4], [0, 1, 3], (2,), vocab, 2, 32)[0] == \
+    assert name_index(model.axis_names("blocks.1.attn.hook_z"), [0, 1, 3], (2,), vocab)[0] == \
         "position 0 ('cat'), head 1, dim 3"
-    assert name_index("ln_final.hook_scale", ["T", 1], [1, 0], (0, 1), vocab, 2, 32)[0] == "position 1 ('the')"
+    assert name_index(model.axis_names("ln_final.hook_scale"), [1, 0], (0, 1), vocab)[0] == "position 1 ('the')"

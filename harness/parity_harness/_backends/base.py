@@ -25,7 +25,8 @@ Optionally, for `parity attribute` (docs/attribution.md), a backend runs one lay
 "blocks.{i}.mlp" (LN2 + MLP + the add, from resid_mid; taps `blocks.{i}.ln2.hook_scale` ..
 `hook_resid_post`) or "unembed" (the final LayerNorm and the logits, from the last stream; taps
 `ln_final.hook_scale`, `ln_final.hook_normalized`, `logits`, every position). `stream` is a float32
-array holding values of `precision` (`LAYER_TAPS` lists the taps of each layer, `layer_taps`).
+array holding values of `precision` (`Fixture.model.layer_taps(layer)` lists the layer's taps, from the
+model family's table).
 """
 
 from __future__ import annotations
@@ -43,29 +44,11 @@ if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
 
-__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "layer_names", "layer_taps", "module_available"]
-
-# The taps each kind of layer returns from `run_layer`, relative to "blocks.{i}." for the two sub-layers.
-LAYER_TAPS: dict[str, tuple[str, ...]] = {
-    "attn": ("ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
-             "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid"),
-    "mlp": ("ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out",
-            "hook_resid_post"),
-    "unembed": ("ln_final.hook_scale", "ln_final.hook_normalized", "logits"),
-}
-
+__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "layer_names", "module_available"]
 
 def layer_names(n_layer: int) -> list[str]:
     """The layers `run_layer` computes, in dataflow order: blocks.{i}.attn, blocks.{i}.mlp, ..., unembed."""
     return [f"blocks.{i}.{part}" for i in range(n_layer) for part in ("attn", "mlp")] + ["unembed"]
-
-
-def layer_taps(layer: str) -> list[str]:
-    """The full tap names `run_layer(..., layer, ...)` returns, in dataflow order."""
-    if layer == "unembed":
-        return list(LAYER_TAPS["unembed"])
-    block, part = layer.rsplit(".", 1)
-    return [f"{block}.{t}" for t in LAYER_TAPS[part]]
 
 
 def module_available(name: str) -> bool:
@@ -148,7 +131,7 @@ class Backend:
     def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
                   stream: np.ndarray) -> dict[str, np.ndarray]:
         """One layer (`layer_names`) from `stream` [T, d] (float32, values of `precision`): {tap: array}
-        for `layer_taps(layer)`, in the precision's container dtype."""
+        for `fixture.model.layer_taps(layer)`, in the precision's container dtype."""
         raise NotImplementedError
 
     def declines(self, fixture: Fixture) -> str | None:

@@ -35,7 +35,7 @@ The rules of the contract (docs/adding-a-backend.md states them for authors):
   precision (`unrepresentable`): a float32 value that is not is a broken contract (exit 2, one line),
   since what was judged would not be what the precision computes.
 - one layer (`parity attribute`): `supports_layers(fixture)` a bool; `run_layer` returns a dict of exactly
-  that layer's taps (`layer_taps`), each a `numpy.ndarray` of the manifest's shape for the input's length
+  that layer's taps (`fixture.model.layer_taps`), each a `numpy.ndarray` of the manifest's shape for the input's length
   and the precision's container dtype, its values of the precision: anything else is a broken contract
   (exit 2, one line), since the attribution has no comparison to leave a wrong tap to.
 - decoding: `decode` returns a dict with exactly the requests' names, each a dict of `"step{k}/{tap}"`
@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
-from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision, layer_names, layer_taps
+from parity_harness._backends.base import PRECISIONS, Backend, BackendOutput, Precision, layer_names
 from parity_harness._backends.guard import call_backend, one_line
 from parity_harness._core.errors import BackendMisbehaved
 from parity_harness._core.precision import unrepresentable
@@ -229,7 +229,6 @@ def output_problems(fixture: Fixture, output: BackendOutput, taps: list[str], pr
     as failed checks): every declared tap returned, with the manifest's shape and the precision's dtype, no NaN.
     {"taps" | "shapes" | "nan": the first problem, or ""}."""
     from parity_harness._core.precision import DTYPES
-    from parity_reference.taps import tap_shape
 
     dtype = np.dtype(DTYPES[precision])
     problems = {"taps": "", "shapes": "", "nan": ""}
@@ -239,7 +238,7 @@ def output_problems(fixture: Fixture, output: BackendOutput, taps: list[str], pr
         if missing and not problems["taps"]:
             problems["taps"] = f"case {case.name!r}: missing {missing[:3]}"
         for tap, arr in got.items():
-            want = tap_shape(fixture.config, tap, len(case.tokens))
+            want = fixture.model.tap_shape(tap, len(case.tokens))
             if (arr.shape != want or arr.dtype != dtype) and not problems["shapes"]:
                 problems["shapes"] = f"{case.name}/{tap}: {arr.dtype}{list(arr.shape)}, expected {dtype}{list(want)}"
             if arr.dtype.kind == "f" and np.isnan(arr).any() and not problems["nan"]:
@@ -251,19 +250,19 @@ def decode_output_problems(fixture: Fixture, output: DecodeOutput, requests: lis
                            precision: Precision) -> dict[str, str]:
     """The same for a decoding output: every step's cache and logits, shapes [H, T, d_head] and [V], dtype, no NaN."""
     from parity_harness._core.precision import DTYPES
-    from parity_harness._fixture.decoding import decode_tap_names, decode_tap_shape, step_key
+    from parity_harness._fixture.decoding import step_key
 
     dtype = np.dtype(DTYPES[precision])
     problems = {"taps": "", "shapes": "", "nan": ""}
     for req in requests:
         for k in range(req.steps + 1):
-            for tap in decode_tap_names(fixture.config.n_layer):
+            for tap in fixture.model.decode_tap_names():
                 key = step_key(k, tap)
                 arr = output[req.name].get(key)
                 if arr is None:
                     problems["taps"] = problems["taps"] or f"prompt {req.name!r}: missing {key}"
                     continue
-                want = decode_tap_shape(fixture.config, tap, len(req.prompt) + k)
+                want = fixture.model.decode_tap_shape(tap, len(req.prompt) + k)
                 if (arr.shape != want or arr.dtype != dtype) and not problems["shapes"]:
                     problems["shapes"] = (f"{req.name}/{key}: {arr.dtype}{list(arr.shape)}, "
                                           f"expected {dtype}{list(want)}")
@@ -436,14 +435,13 @@ class GuardedBackend:
 
     def decoded(self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest]) -> DecodeOutput:
         """Prefill and decode every request: {request: {"step{k}/{tap}": array}}, checked and copied."""
-        from parity_harness._fixture.decoding import decode_tap_names
 
         self._check_precision(precision)
         view = fixture.for_backend()
         asked = list(requests)  # the harness's own list: the backend gets a copy
         output = self._call(f"decode ({precision})", lambda: self._backend.decode(view, precision, list(asked)),
                             sum(1 + r.steps for r in asked))
-        return checked_decode_output(self.name, precision, output, asked, decode_tap_names(fixture.config.n_layer))
+        return checked_decode_output(self.name, precision, output, asked, fixture.model.decode_tap_names())
 
     # -- one layer (parity attribute) -----------------------------------------------------------
 
@@ -459,17 +457,16 @@ class GuardedBackend:
     def layer(self, fixture: Fixture, precision: Precision, layer: str, stream: np.ndarray) -> dict[str, np.ndarray]:
         """`layer` (`layer_names`) computed from `stream` [T, d]: {tap: array}, exactly its taps, checked and copied."""
         from parity_harness._core.precision import DTYPES
-        from parity_reference.taps import tap_shape
 
         self._check_precision(precision)
-        if layer not in layer_names(fixture.config.n_layer) or stream.ndim != 2:  # the harness's own mistake
+        if layer not in layer_names(fixture.model.config.n_layer) or stream.ndim != 2:  # the harness's own mistake
             raise BackendMisbehaved(f"no layer {layer!r} with a stream of shape {list(stream.shape)} in this fixture")
         view = fixture.for_backend()
         given = np.array(stream, dtype=DTYPES[precision], copy=True)
         given.setflags(write=False)
         output = self._call(f"run_layer ({precision}, {layer})",
                             lambda: self._backend.run_layer(view, precision, layer, given))
-        taps = layer_taps(layer)
+        taps = fixture.model.layer_taps(layer)
         if not isinstance(output, dict):
             raise BackendMisbehaved(f"backend {self.name!r}: run_layer returned {type(output).__name__}, "
                                     "expected a dict by tap")
@@ -482,7 +479,7 @@ class GuardedBackend:
         copied: dict[str, np.ndarray] = {}
         for tap in taps:
             array = got[tap]
-            want = tap_shape(fixture.config, tap, stream.shape[0])
+            want = fixture.model.tap_shape(tap, stream.shape[0])
             if type(array) is not np.ndarray or array.shape != want or array.dtype != dtype:
                 what = f"{array.dtype}{list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
                 raise BackendMisbehaved(f"backend {self.name!r}, run_layer {layer}: {tap} is {what}, "

@@ -561,39 +561,16 @@ def fold(results: list[CheckResult], tap_order: list[str]) -> tuple[list[TapSumm
     return summaries, divergences
 
 
-def axis_names(template: list[int | str], n_head: int | None = None) -> list[str]:
-    """Name each axis of a tap's shape template (`parity_reference.taps.tap_shape_template`).
-
-    "T" is "position" (the query position), a second "T" is "key_position"; `n_head` names "head";
-    a size-1 axis is "scale"; the vocabulary axis of a [T, V] tap is "token"; a wide last axis of a
-    [T, d_mlp] tap is "neuron"; any other axis is "dim" (d_model, d_head).
-    """
-    names: list[str] = []
-    for i, size in enumerate(template):
-        if size == "T":
-            names.append("key_position" if "position" in names else "position")
-        elif n_head is not None and size == n_head and i < len(template) - 1:
-            names.append("head")
-        elif size == 1:
-            names.append("scale")
-        else:
-            names.append("dim")
-    return names
-
-
 def name_index(
-    tap: str, template: list[int | str], index: list[int], tokens: tuple[int, ...], vocab: list[str],
-    n_head: int, d_mlp: int,
+    names: list[str], index: list[int], tokens: tuple[int, ...], vocab: list[str],
 ) -> tuple[str, dict[str, int]]:
     """A cell's index named by axis, with the words at its positions and its vocabulary token.
 
+    `names` are the tap's axis names, from its family's table (`Fixture.model.axis_names`): position,
+    key_position, head, dim, neuron, token, scale.
+
     `("position 3 ('sleeps'), head 1, key position 0 ('.')", {"position": 3, "head": 1, "key_position": 0})`
     """
-    names = axis_names(template, n_head)
-    if template and template[-1] == len(vocab) and (tap in ("logits", "probs") or tap.startswith("logit_lens.")):
-        names[-1] = "token"
-    elif tap.endswith(("mlp.hook_pre", "mlp.hook_post")) and template[-1] == d_mlp:
-        names[-1] = "neuron"
     parts: list[str] = []
     axes: dict[str, int] = {}
     for name, i in zip(names, index, strict=False):

@@ -40,10 +40,10 @@ from parity_harness._fixture.decoding_section import (
     decode_tap_names,
     parse_decoding_section,
 )
+from parity_harness._fixture.model_spec import decode_tap_shape
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
-    from parity_reference.config import GPTConfig
 
 GOLDEN_FILES: dict[Precision, str] = {
     "fp32": "golden.decode.fp32.safetensors",
@@ -66,13 +66,6 @@ def step_key(step: int, tap: str) -> str:
     return f"step{step}/{tap}"
 
 
-def decode_tap_shape(config: GPTConfig, tap: str, n_pos: int) -> tuple[int, ...]:
-    """[H, T, d_head] for a cache tap holding T positions, [V] for the logits."""
-    if tap == "logits":
-        return (config.vocab_size,)
-    return (config.n_head, n_pos, config.d_head)
-
-
 def requests_for(fixture: Fixture, requests: list[DecodeRequest] | None) -> list[DecodeRequest]:
     """`requests`, or by default the fixture's prompts fed the golden tokens; FixtureError if it has none."""
     if requests is not None:
@@ -85,7 +78,7 @@ def requests_for(fixture: Fixture, requests: list[DecodeRequest] | None) -> list
 
 def parse_decoding(fixture: Fixture) -> Decoding | None:
     """The manifest's `decoding` section, checked; None when the fixture has none."""
-    return parse_decoding_section(fixture.manifest, fixture.files, fixture.config, str(fixture.manifest_path))
+    return parse_decoding_section(fixture.manifest, fixture.files, fixture.model.config, str(fixture.manifest_path))
 
 
 def reference_decode(
@@ -130,7 +123,7 @@ def golden_decoding(fixture: Fixture, precision: Precision) -> DecodeOutput:
                 t = tensors.get(key)
                 if t is None:
                     raise FixtureError(f"{path}: missing decoding golden tensor {key!r}")
-                shape = decode_tap_shape(fixture.config, tap, len(prompt.tokens) + k)
+                shape = fixture.model.decode_tap_shape(tap, len(prompt.tokens) + k)
                 if t.dtype != dtype or t.shape != shape:
                     raise FixtureError(f"{path}: decoding golden tensor {key!r} is {t.dtype} {list(t.shape)}, "
                                        f"expected {np.dtype(dtype)} {list(shape)}")

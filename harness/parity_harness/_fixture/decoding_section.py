@@ -11,19 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.precision import TIERS
+from parity_harness._fixture.model_spec import decode_tap_names
 
 if TYPE_CHECKING:
-    from parity_reference.config import GPTConfig
+    from parity_harness._fixture.model_spec import ModelConfig
 
 CACHE_LAYOUT = ["H", "T", "d_head"]
-
-
-def decode_tap_names(n_layer: int) -> list[str]:
-    """The taps of one decoding step, in dataflow order: each block's cache keys and values, then logits."""
-    names: list[str] = []
-    for i in range(n_layer):
-        names += [f"blocks.{i}.attn.cache_k", f"blocks.{i}.attn.cache_v"]
-    return [*names, "logits"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +50,7 @@ class Decoding:
         return [DecodeRequest(p.name, p.tokens, self.steps, p.generated[: self.steps]) for p in self.prompts]
 
 
-def parse_decoding_section(manifest: dict[str, Any], files_section: dict[str, Any], config: GPTConfig,
+def parse_decoding_section(manifest: dict[str, Any], files_section: dict[str, Any], config: ModelConfig,
                            manifest_path: str) -> Decoding | None:
     """The manifest's `decoding` section, checked as data; None when the fixture has none."""
     raw = manifest.get("decoding")

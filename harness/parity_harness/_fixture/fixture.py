@@ -47,13 +47,12 @@ from parity_harness._fixture.manifest import (
     parse_manifest,
     thaw_json,
 )
-from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude, tap_range
-from parity_reference.config import param_shapes
-from parity_reference.taps import tap_shape_template
+from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude
+from parity_reference.config import GPTConfig
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding_section import Decoding
-    from parity_reference.config import GPTConfig
+    from parity_harness._fixture.model_spec import ModelSpec
 
 LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
 
@@ -138,7 +137,24 @@ class Fixture:
 
     @property
     def config(self) -> GPTConfig:
-        return self._spec.config
+        """The GPT-2 family's config. Code that serves every family reads `model.config`; a backend of the GPT-2
+        family only never sees another family's fixture (the boundary declines it first), and anything else that
+        asks gets one line."""
+        config = self._spec.config
+        if not isinstance(config, GPTConfig):
+            raise FixtureError(f"{self.manifest_path}: a {self.family} fixture has no GPT-2 config "
+                               "(this code reads the GPT-2 family only)")
+        return config
+
+    @property
+    def model(self) -> ModelSpec:
+        """The model's family and config: every tap's facts (parity_harness/_fixture/model_spec.py)."""
+        return self._spec.model
+
+    @property
+    def family(self) -> str:
+        """The model family's name: "gpt2" (every fixture written before families) or "llama"."""
+        return self._spec.model.name
 
     @property
     def seal(self) -> str:
@@ -235,14 +251,15 @@ class Fixture:
 
     def parameter_count(self) -> int:
         """How many parameters the fixture's model has (from its config; no file is read)."""
-        return sum(math.prod(shape) for shape in param_shapes(self.config).values())
+        return sum(math.prod(shape) for shape in self.model.param_shapes().values())
 
     def decoding(self) -> Decoding | None:
         """The optional decoding section (prompts, steps; _fixture/decoding.py), checked; None if absent."""
         if not hasattr(self, "_decoding"):
             from parity_harness._fixture.decoding_section import parse_decoding_section
 
-            self._decoding = parse_decoding_section(self.manifest, self.files, self.config, str(self.manifest_path))
+            self._decoding = parse_decoding_section(self.manifest, self.files, self.model.config,
+                                                    str(self.manifest_path))
         return self._decoding
 
     def case(self, name: str) -> Case:
@@ -252,9 +269,7 @@ class Fixture:
         raise FixtureError(f"{self.manifest_path}: no case named {name!r}")
 
     def tap_shape(self, tap: str, case: Case) -> tuple[int, ...]:
-        from parity_reference.taps import tap_shape
-
-        return tap_shape(self.config, tap, len(case.tokens))
+        return self.model.tap_shape(tap, len(case.tokens))
 
     def golden_shape(self, tap: str, case: Case) -> tuple[int, ...]:
         """The shape the golden holds: `tap_shape`, cut to the last `rows` positions when the tap has rows."""
@@ -262,18 +277,20 @@ class Fixture:
         rows = self.tap_rows.get(tap)
         if rows is None:
             return shape
-        axis = row_axis(self.manifest_tap_template(tap))
+        axis = self.model.rows_axis(tap)
         return tuple(min(rows, s) if i == axis else s for i, s in enumerate(shape))
 
     def manifest_tap_template(self, tap: str) -> list[int | str]:
-        return tap_shape_template(self.config, tap)
+        return self.model.shape_template(tap)
 
     def select_rows(self, tap: str, case: Case, array: np.ndarray) -> np.ndarray:
         """A backend's full-length result of a tap with rows, cut as the golden is; anything else unchanged."""
         rows = self.tap_rows.get(tap)
         if rows is None or not isinstance(array, np.ndarray) or array.shape != self.tap_shape(tap, case):
             return array
-        axis = row_axis(self.manifest_tap_template(tap))
+        axis = self.model.rows_axis(tap)
+        if axis is None:  # the manifest refuses rows on such a tap
+            return array
         index = [slice(None)] * array.ndim
         index[axis] = slice(-rows, None)
         return array[tuple(index)]
@@ -374,7 +391,7 @@ class Fixture:
     def reduced_tolerance(self, precision: Precision, tap: str) -> Tolerance:
         """A reduced precision's tolerance at a tap, in either golden tier: atol c * eps * M_tap, rtol 0."""
         return Tolerance(reduced_atol(precision, self.spec.reduced_c[precision], self.tap_magnitudes()[tap],
-                                      tap_range(self.config, tap)), 0.0)
+                                      self.model.value_range(tap)), 0.0)
 
     def golden_tap(self, precision: Precision, case: str, tap: str) -> np.ndarray:
         """One golden tensor of one case (read-only), read on its own (the diagnosis of a failing tap needs one)."""
@@ -390,7 +407,7 @@ class Fixture:
         if self._weights is None:
             path = self.weights_path
             tensors = read_safetensors(path)
-            expected = param_shapes(self.config)
+            expected = self.model.param_shapes()
             for name, shape in expected.items():
                 if name not in tensors:
                     raise FixtureError(f"{path}: missing tensor {name!r} (expected shape {list(shape)})")
@@ -530,11 +547,6 @@ class BackendCopy(Fixture):
         return self._files
 
 
-def row_axis(template: list[int | str]) -> int:
-    """The axis "rows" cuts: the tap's first "T" (its query position for attention taps)."""
-    return template.index("T")
-
-
 def load_fixture(root: str | Path, allow_loose_tolerances: bool = False) -> Fixture:
     """Read and validate a fixture directory; FixtureError (exit 2) on any problem.
 
@@ -622,7 +634,6 @@ __all__ = [
     "load_fixture",
     "read_manifest",
     "read_safetensors",
-    "row_axis",
     "safe_name",
     "sha256_file",
     "too_big",

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.precision import REDUCED, TIERS, Precision
@@ -26,11 +26,11 @@ from parity_harness._fixture.tolerances import (
     default_problems,
     override_problems,
     reduced_c_problems,
-    tap_range,
 )
-from parity_reference.config import GPTConfig
-from parity_reference.taps import tap_names as expected_tap_names
-from parity_reference.taps import tap_shape_template
+from parity_reference.families import FamilyError
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.model_spec import ModelConfig, ModelSpec
 
 FORMAT_NAME = "parity-fixture"
 FORMAT_VERSION = 1
@@ -69,7 +69,7 @@ class Manifest:
 
     raw: Mapping[str, Any] = field(repr=False)  # frozen_json: `thaw_json` gives an editable copy
     where: str
-    config: GPTConfig
+    model: ModelSpec  # the family's table and its config: every tap's facts (parity_harness/_fixture/model_spec.py)
     vocab: tuple[str, ...]
     cases: tuple[Case, ...]
     tap_names: tuple[str, ...]
@@ -93,6 +93,10 @@ class Manifest:
         for name in ("vocab", "cases", "tap_names", "loose", "file_names"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.config
+
     def _fail(self, what: str) -> FixtureError:
         return FixtureError(f"{self.where}: {what}")
 
@@ -114,7 +118,7 @@ class Manifest:
             if tap in overrides:
                 tol = overrides[tap]
                 problems += override_problems(precision, tap, tol.atol, tol.rtol, carried,
-                                              tap_range(self.config, tap))
+                                              self.model.value_range(tap))
         return problems
 
     def refuse_or_record(self, problems: list[str]) -> list[str]:
@@ -187,11 +191,15 @@ class _Parser:
         problem = validate_manifest(self.manifest)
         if problem is not None:
             raise self._fail(problem)
-        self.config = self._parse_config()
+        self.model = self._parse_model()
+        self.config = self.model.config
         vocab = self._parse_vocab()
         cases = self._parse_cases()
         self.tap_names = self._parse_taps()
         tap_rows = {t["name"]: t["rows"] for t in self.manifest["taps"] if "rows" in t}
+        for tap in tap_rows:
+            if self.model.rows_axis(tap) is None:
+                raise self._fail(f"tap {tap!r}: 'rows' on a tap without a position axis")
         tolerances: dict[Precision, TierTolerances] = {p: self._parse_tolerances(p) for p in TIERS}
         reduced = self._parse_reduced()
         self.files: dict[str, Any] = self._require(self.manifest, "files", dict)
@@ -204,7 +212,7 @@ class _Parser:
                 raise self._fail(f"no sha256 for {name!r}")
         for name in hashes:
             check_file_name(name, self.manifest_path)
-        return Manifest(self.manifest, self.manifest_path, self.config, tuple(vocab), tuple(cases),
+        return Manifest(self.manifest, self.manifest_path, self.model, tuple(vocab), tuple(cases),
                         tuple(self.tap_names), tap_rows, tolerances, tuple(self.loose), self.files, tuple(names),
                         dict(hashes), seal, self.allow_loose_tolerances, reduced)
 
@@ -221,12 +229,20 @@ class _Parser:
             raise self._fail(f"{where}{key!r} must be a {kind.__name__}, got {type(value).__name__}")
         return value
 
-    def _parse_config(self) -> GPTConfig:
+    def _parse_model(self) -> ModelSpec:
+        """The family (absent: "gpt2", every fixture written before families) and its config."""
+        from parity_harness._fixture.model_spec import DEFAULT_FAMILY, config_from, model_spec
+
+        name = self.manifest.get("family", DEFAULT_FAMILY)
+        if not isinstance(name, str):
+            raise self._fail(f"'family' must be a string, got {type(name).__name__}")
         raw = self._require(self.manifest, "config", dict)
         try:
-            return GPTConfig.from_dict(raw)
+            return model_spec(name, config_from(name, raw))
+        except FamilyError as exc:
+            raise self._fail(str(exc)) from None
         except (TypeError, ValueError) as exc:
-            raise self._fail(f"bad config: {exc}") from None
+            raise self._fail(f"bad config for the {name} family: {exc}") from None
 
     def _parse_vocab(self) -> list[str]:
         vocab = self._require(self.manifest, "vocab", list)
@@ -265,14 +281,14 @@ class _Parser:
     def _parse_taps(self) -> list[str]:
         raw_taps = self._require(self.manifest, "taps", list)
         names = [t.get("name") if isinstance(t, dict) else None for t in raw_taps]
-        expected = expected_tap_names(self.config.n_layer)
+        expected = self.model.tap_names()
         if names != expected:
             missing = [t for t in expected if t not in names]
             extra = [t for t in names if t not in expected]
             detail = f"missing {missing}" if missing else f"unknown {extra}" if extra else "wrong order"
             raise self._fail(f"taps do not match the model's tap list ({detail})")
         for t in raw_taps:
-            if t.get("shape") != tap_shape_template(self.config, t["name"]):
+            if t.get("shape") != self.model.shape_template(t["name"]):
                 raise self._fail(f"tap {t['name']!r}: shape {t.get('shape')} does not match the config")
         return expected
 

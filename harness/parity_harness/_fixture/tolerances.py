@@ -12,7 +12,8 @@ and their reasons are in docs/tolerances.md ("Ceilings").
   cases and finite cells, of that tap and every tap before it in dataflow order) when M > 1: an
   override exists to scale a tolerance with the magnitude (`c * eps * M`), round-off is carried
   downstream, and the bugs a tier must catch grow with the magnitude too.
-- A bounded tap (`tap_range`: its values lie in a range known from the model alone, such as a
+- A bounded tap (`ModelSpec.value_range`, from the family's table: its values lie in a range known from
+  the model alone, such as a
   softmax's [0, 1]) counts M only up to BOUNDED_SPAN times the width of its own range: whatever
   was carried from upstream, an atol comparable to the range would pass any numbers in the range
   (uniform probabilities among them).
@@ -31,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from parity_harness._core.precision import EPS, Precision
-from parity_reference.config import GPTConfig
 
 # The defaults `parity export` writes (docs/tolerances.md: the measured budget behind each).
 FP32_ATOL = 1e-5  # the lesson's gate
@@ -77,23 +77,6 @@ CEILINGS: dict[Precision, Ceiling] = {
 BOUNDED_SPAN = 100.0
 
 
-def tap_range(config: GPTConfig, tap: str) -> tuple[float, float] | None:
-    """The range a tap's values lie in whatever the weights and tokens, or None when it is unbounded.
-
-    Derived from the tap's name (parity_reference/taps.py), the one place that says which taps are bounded:
-    a softmax output (`attn.hook_pattern`, `probs`, `logit_lens.k`) is a probability, in [0, 1]; a
-    LayerNorm's `hook_normalized` (centered, divided by the biased standard deviation, before the
-    gain) has mean 0 and mean square below 1 over d_model values, so each value is within
-    sqrt(d_model - 1) of 0.
-    """
-    if tap.endswith("attn.hook_pattern") or tap == "probs" or tap.startswith("logit_lens."):
-        return (0.0, 1.0)
-    if tap.endswith("hook_normalized"):
-        bound = math.sqrt(max(config.d_model - 1, 0))
-        return (-bound, bound)
-    return None
-
-
 def default_problems(precision: Precision, atol: float, rtol: float) -> list[str]:
     """Why a tier's default tolerance is beyond its ceiling (empty when it is within)."""
     c = CEILINGS[precision]
@@ -107,7 +90,7 @@ def default_problems(precision: Precision, atol: float, rtol: float) -> list[str
 
 def override_atol_ceiling(precision: Precision, magnitude: float, bounds: tuple[float, float] | None) -> float:
     """The largest atol an override may have: the tier's atol ceiling x max(1, M), M counted up to
-    BOUNDED_SPAN x the width of the tap's range when the tap is bounded (`tap_range`)."""
+    BOUNDED_SPAN x the width of the tap's range when the tap is bounded (`ModelSpec.value_range`)."""
     carried = max(1.0, magnitude)
     if bounds is not None:
         carried = min(carried, max(1.0, BOUNDED_SPAN * (bounds[1] - bounds[0])))
@@ -119,7 +102,7 @@ def override_problems(
     bounds: tuple[float, float] | None = None,
 ) -> list[str]:
     """Why a per-tap override is beyond its ceiling, given the largest golden magnitude up to that tap
-    and, for a bounded tap, the range its values lie in (`tap_range`)."""
+    and, for a bounded tap, the range its values lie in (`ModelSpec.value_range`)."""
     c = CEILINGS[precision]
     limit = override_atol_ceiling(precision, magnitude, bounds)
     out = []
@@ -140,7 +123,7 @@ def reduced_atol(precision: Precision, c: float, magnitude: float,
     """The per-tap atol of a reduced precision: c * eps * M_tap (M at least float32's tiny, so a tap of
     zeros gets an atol that only zeros pass).
 
-    A bounded tap (`tap_range`) counts c only up to the measured default `REDUCED_C` and M only up to
+    A bounded tap (`ModelSpec.value_range`) counts c only up to the measured default `REDUCED_C` and M only up to
     the width of its range: a re-sealed c exists for the magnitudes round-off carries from upstream, which
     a bounded tap's values do not grow with, and at the ceiling c (bf16: 128 x 2^-7 = 1) an atol of the
     whole range would pass any values in it, uniform probabilities among them (docs/tolerances.md,

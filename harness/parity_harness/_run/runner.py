@@ -43,9 +43,8 @@ from parity_harness._compare.report import BackendRun, Report, read_from
 from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import DEFAULT_PRECISIONS, EPS, is_reduced, tiers_for
 from parity_harness._core.status import RunStatus
-from parity_harness._fixture.fixture import Case, Fixture, row_axis
+from parity_harness._fixture.fixture import Case, Fixture
 from parity_harness._fixture.tolerances import FP32_ATOL, FP64_ATOL, SYSTEMATIC_BOUND
-from parity_reference.taps import tap_shape_template
 
 
 def compare_case(
@@ -299,17 +298,17 @@ class CaseJudge:
         golden_other = fx.golden_tap(other, case.name, tap)
         truth, golden32 = (golden[tap], golden_other) if tier == "fp64" else (golden_other, golden[tap])
         place = fx.tap_names.index(tap)
-        template = tap_shape_template(fx.config, tap)
         before = fx.tap_names[place - 1] if place else None
         previous = None if before is None else golden.get(before)
         if before is not None and previous is None:  # a tap the backend does not declare: its golden read on its own
             previous = fx.golden_tap(tier, case.name, before)
         causes = diagnose(fx.select_rows(tap, case, actual), golden[tap], tier, atol=failing.atol, rtol=failing.rtol,
                           truth=truth, golden32=golden32, previous=previous,
-                          position_axis=template.index("T") if "T" in template else None,
-                          context=TapContext(tap, fx.config, golden, {t: fx.select_rows(t, case, a)
-                                                                      for t, a in taps.items() if a is not None},
-                                             fx.weights(), self.precision))
+                          position_axis=fx.model.rows_axis(tap),
+                          context=None if fx.family != "gpt2" else  # the known bugs' patterns are GPT-2's
+                          TapContext(tap, fx.config, golden, {t: fx.select_rows(t, case, a)
+                                                             for t, a in taps.items() if a is not None},
+                                     fx.weights(), self.precision))
         if causes:
             self.causes[(tier, case.name, tap)] = "; ".join(causes)
 
@@ -400,10 +399,9 @@ def name_divergences(divergences: list[FirstDivergence], fixture: Fixture) -> No
     for d in divergences:
         if d.index is None:
             continue
-        template = tap_shape_template(fixture.config, d.tap)
         rows = fixture.tap_rows.get(d.tap)
         if rows is not None:  # the golden keeps the last positions: index them as positions of the case
-            axis, length = row_axis(template), len(fixture.case(d.case).tokens)
+            axis, length = fixture.model.rows_axis(d.tap), len(fixture.case(d.case).tokens)
             d.index = [i + (length - min(rows, length)) if a == axis else i for a, i in enumerate(d.index)]
-        d.location, d.axes = name_index(d.tap, template, d.index, fixture.case(d.case).tokens, fixture.vocab,
-                                        fixture.config.n_head, fixture.config.d_mlp)
+        d.location, d.axes = name_index(fixture.model.axis_names(d.tap), d.index, fixture.case(d.case).tokens,
+                                        fixture.vocab)

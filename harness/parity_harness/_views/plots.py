@@ -131,7 +131,7 @@ def plot_error_ladder(report: Report, fixture: Fixture, path: Path) -> None:
     top = max([*finite, 1e-4]) * 100
     fig, ax = plt.subplots(figsize=LADDER_SIZE, dpi=DPI)
     # Blocks, shaded alternately, so the ladder through the blocks is visible.
-    for i in range(fixture.config.n_layer):
+    for i in range(fixture.model.config.n_layer):
         block = [x_of[t] for t in taps if t.startswith(f"blocks.{i}.")]
         ax.axvspan(min(block) - 0.5, max(block) + 0.5, color="0.93" if i % 2 == 0 else "0.86", zorder=0)
         ax.text((min(block) + max(block)) / 2, top / 3, f"block {i}", ha="center", va="top", fontsize=9,
