@@ -66,6 +66,9 @@ class Backend:
     description: ClassVar[str] = ""  # one line for `parity backends`
     precisions: ClassVar[tuple[Precision, ...]] = ()  # what it computes in: ("fp32",), ("fp64",) or both
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs, checked before running
+    # The model families it implements (parity_reference/families/): a fixture of another family is declined, one
+    # line, before any of its code sees it. The lesson's GPT-2 by default.
+    families: ClassVar[tuple[str, ...]] = ("gpt2",)
     install_hint: ClassVar[str] = ""  # how to get them, e.g. "pip install 'parity-harness[onnx]'"
     streams: ClassVar[bool] = False  # True: `run_cases` yields one case at a time (the harness uses it)
     # True: it computes from the fixture's ONNX graph (model.onnx, ...), which embeds its own weights, not from

@@ -100,6 +100,7 @@ class Declarations(NamedTuple):
     by_default: bool = True  # `parity run` without --backends runs it
     concurrent: bool = False  # it may run on a worker thread beside another backend (parity_harness/_run/lanes.py)
     out_of_process: bool = False  # its work is another process's: a side lane on a small fixture (lanes.py)
+    families: tuple[str, ...] = ("gpt2",)  # the model families it implements; it declines any other's fixture
 
 
 def read_declarations(backend: Backend, name: str) -> Declarations:
@@ -143,8 +144,13 @@ def read_declarations(backend: Backend, name: str) -> Declarations:
     for attr, flag in (("concurrent", concurrent), ("out_of_process", out_of_process)):
         if type(flag) is not bool:
             raise BackendMisbehaved(f"backend {name!r}: {attr} must be True or False, got {one_line(repr(flag))[:80]}")
+    families = getattr(backend, "families", ("gpt2",))
+    if not isinstance(families, tuple | list) or not families or not all(type(f) is str and f for f in families):
+        raise BackendMisbehaved(f"backend {name!r}: families must be a non-empty tuple of model family names, "
+                                f"got {one_line(repr(families))[:80]}")
     return Declarations(str(declared), tuple(precisions), tuple(str(m) for m in requires),  # type: ignore[arg-type]
-                        str(description), str(install_hint), runs_graph, by_default, concurrent, out_of_process)
+                        str(description), str(install_hint), runs_graph, by_default, concurrent, out_of_process,
+                        tuple(families))
 
 
 def checked_case_taps(name: str, case: str, taps: object, declared: set[str]) -> dict[str, np.ndarray]:
@@ -297,6 +303,7 @@ class GuardedBackend:
         self.by_default = declared.by_default
         self.concurrent = declared.concurrent
         self.out_of_process = declared.out_of_process
+        self.families = declared.families
         self.entry: ForwardEntry = forward_entry(type(backend))
 
     @classmethod
@@ -339,7 +346,10 @@ class GuardedBackend:
         return f"backend {self.name!r} needs {', '.join(missing)}, which is not available{hint}"
 
     def declined(self, fixture: Fixture) -> str | None:
-        """Why it does not run on `fixture` at all (one line), or None."""
+        """Why it does not run on `fixture` at all (one line), or None. A fixture of a model family the backend
+        does not implement (`families`) is declined here, before any of its code sees the fixture."""
+        if fixture.family not in self.families:
+            return f"does not implement the {fixture.family} family (implements: {', '.join(self.families)})"
         view = fixture.for_backend()
         reason = self._call("declines", lambda: self._backend.declines(view))
         if reason is not None and not isinstance(reason, str):
