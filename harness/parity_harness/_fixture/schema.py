@@ -179,6 +179,14 @@ def schema_markdown() -> str:
     schema = manifest_schema()
     for key, child in schema["properties"].items():
         walk(child, key, key in schema["required"])
+        if key == "config":  # one config per family, chosen by "family" (the schema's allOf)
+            for family in ("gpt2", "llama"):
+                config = _resolve({"$ref": f"#/$defs/{family}_config"})
+                for name, field in config["properties"].items():
+                    before = len(rows)
+                    walk(field, f"config.{name}", name in config["required"])
+                    path, constraint, desc = rows[before]
+                    rows[before] = (f"{path} ({family})", constraint, desc)
     tier = _resolve({"$ref": "#/$defs/tier"})
     for key, child in tier["properties"].items():
         walk(child, f"tolerances.<tier>.{key}", key in tier["required"])
