@@ -189,3 +189,13 @@ def test_the_loader_is_pure_python() -> None:
     code = ("import sys, parity_reference.families as f; f.load_family('llama'); "
             "assert not {'torch', 'numpy'} & set(sys.modules), sorted({'torch', 'numpy'} & set(sys.modules))")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_typescript_model_reads_the_same_table() -> None:
+    """ts_model/model/family-gpt2.ts is the table, generated: one source for Python and TypeScript."""
+    from parity_reference.families import typescript_module
+
+    written = (REPO / "ts_model" / "model" / "family-gpt2.ts").read_text(encoding="utf-8")
+    assert written == typescript_module("gpt2"), "regenerate: python -m parity_reference.families --typescript gpt2"
+    model_ts = (REPO / "ts_model" / "model" / "model.ts").read_text(encoding="utf-8")
+    assert '"hook_resid_pre",' not in model_ts  # no hand-written copy of the tap list left

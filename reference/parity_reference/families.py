@@ -247,3 +247,27 @@ def load_family(name: str) -> Family:
     except json.JSONDecodeError as exc:
         raise _bad(name, f"not valid JSON ({exc})") from None
     return parse_family(name, data)
+
+
+def typescript_module(name: str) -> str:
+    """The family's table as a TypeScript module (ts_model/model/family-{name}.ts): the same data, for the model
+    that runs in Node and the browser. Generated, never edited: tests/test_families.py keeps the file equal."""
+    data = json.loads(resources.files("parity_reference").joinpath("families", f"{name}.json").read_text("utf-8"))
+    load_family(name)  # checked first
+    const = name.upper().replace("-", "_") + "_FAMILY"
+    taps = ",\n".join("    " + json.dumps(t) for t in data["taps"])  # one tap per line
+    body = (f'{{\n  "family": {json.dumps(data["family"])},\n  "indices": {json.dumps(data["indices"])},\n'
+            f'  "taps": [\n{taps},\n  ],\n}}')
+    return (f"// The {name} family's tap table, generated from reference/parity_reference/families/{name}.json by\n"
+            f"// `python -m parity_reference.families --typescript {name} > ts_model/model/family-{name}.ts`.\n"
+            "// Do not edit: tests/test_families.py checks this file equals what the table generates.\n\n"
+            'import type { FamilyTable } from "./families.ts";\n\n'
+            f"export const {const}: FamilyTable = {body};\n")
+
+
+if __name__ == "__main__":  # python -m parity_reference.families --typescript NAME
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "--typescript":
+        sys.exit("usage: python -m parity_reference.families --typescript NAME")
+    sys.stdout.write(typescript_module(sys.argv[2]))

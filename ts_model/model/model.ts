@@ -17,6 +17,7 @@
 // No runtime dependencies: erf comes from ./erf.ts (fdlibm), everything else is Math.
 
 import { erf } from "./erf.ts";
+import { GPT2, familyTapNames } from "./families.ts";
 
 // -- configuration, parameter table, tap names (reference/parity_reference/config.py, reference/parity_reference/taps.py) ------------
 
@@ -103,34 +104,13 @@ export function paramShapes(config: GPTConfig): Map<string, number[]> {
   return shapes;
 }
 
-/** Per-block taps in dataflow order, relative to "blocks.{i}." (reference/parity_reference/taps.py BLOCK_TAPS). */
-export const BLOCK_TAPS = [
-  "hook_resid_pre",
-  "ln1.hook_scale",
-  "ln1.hook_normalized",
-  "attn.hook_q",
-  "attn.hook_k",
-  "attn.hook_v",
-  "attn.hook_attn_scores",
-  "attn.hook_pattern",
-  "attn.hook_z",
-  "hook_attn_out",
-  "hook_resid_mid",
-  "ln2.hook_scale",
-  "ln2.hook_normalized",
-  "mlp.hook_pre",
-  "mlp.hook_post",
-  "hook_mlp_out",
-  "hook_resid_post",
-] as const;
+/** Per-block taps in dataflow order, relative to "blocks.{i}.": the GPT-2 family's table (families.ts), as
+ *  reference/parity_reference/taps.py reads it. */
+export const BLOCK_TAPS: readonly string[] = GPT2.taps.filter((t) => t.layer === "i").map((t) => t.name.slice("blocks.{i}.".length));
 
-/** Every tap name for a model of `nLayer` blocks, in dataflow order. */
+/** Every tap name for a model of `nLayer` blocks, in dataflow order (the family's table). */
 export function tapNames(nLayer: number): string[] {
-  const names = ["hook_embed", "hook_pos_embed"];
-  for (let i = 0; i < nLayer; i++) names.push(...BLOCK_TAPS.map((t) => `blocks.${i}.${t}`));
-  names.push("ln_final.hook_scale", "ln_final.hook_normalized", "logits", "probs");
-  for (let k = 0; k <= nLayer; k++) names.push(`logit_lens.${k}`);
-  return names;
+  return familyTapNames(GPT2, nLayer);
 }
 
 // -- tensors, and the few torch operations the forward pass uses --------------------------------

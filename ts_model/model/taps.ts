@@ -2,6 +2,7 @@
 // ../node/dump.mts write. Keys are "{case}/{tap}", cases in the manifest's order, taps in dataflow order. A tap with
 // "rows" in the manifest keeps only its last positions, as the golden does (docs/fixture-format.md).
 
+import { GPT2, rowsAxis } from "./families.ts";
 import type { Case, Fixture } from "./fixture.ts";
 import { forward, runWithTaps } from "./model.ts";
 import type { Params, Taps, Tensor } from "./model.ts";
@@ -13,10 +14,11 @@ export function lensRows(fixture: Fixture): number | null {
   return rows.size === 1 ? [...rows][0]! : null;
 }
 
-/** The last `rows` positions of a tap on its first "T" axis (axis 1 of attention scores and patterns). */
+/** The last `rows` positions of a tap on its position axis (the family's table: axis 1 of attention scores and
+ *  patterns, else 0). */
 function cutRows(tap: string, value: Tensor, rows: number | undefined, T: number): Tensor {
-  const axis = tap.endsWith("attn.hook_attn_scores") || tap.endsWith("attn.hook_pattern") ? 1 : 0;
-  if (rows === undefined || rows >= T || value.shape[axis] !== T) return value;
+  const axis = rowsAxis(GPT2, tap);
+  if (axis === null || rows === undefined || rows >= T || value.shape[axis] !== T) return value;
   const outer = value.shape.slice(0, axis).reduce((a, b) => a * b, 1);
   const inner = value.shape.slice(axis + 1).reduce((a, b) => a * b, 1);
   const shape = value.shape.map((s, i) => (i === axis ? rows : s));
