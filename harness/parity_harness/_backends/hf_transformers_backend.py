@@ -125,11 +125,14 @@ class HFTransformersBackend(Backend):
     install_hint: ClassVar[str] = "pip install 'parity-harness[hf]'"
     streams: ClassVar[bool] = True
     concurrent: ClassVar[bool] = True  # builds without torch's default dtype; only silences output beside others
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")
 
     def supported_taps(self, fixture: Fixture) -> list[str]:
         return [t for t in fixture.tap_names if not t.startswith("ln_final.") and not t.endswith(UNEXPOSED)]
 
     def declines(self, fixture: Fixture) -> str | None:
+        if fixture.family == "llama":
+            return _llama_declines(fixture)
         if not fixture.config.causal:
             return "transformers' GPT-2 is always causal; this fixture has causal=false"
         return None
@@ -144,6 +147,9 @@ class HFTransformersBackend(Backend):
         # One thread, as the pytorch backend (parity_reference/run.py): the same reduction order whether or
         # not another backend ran first, and no thread pool spinning for a toy's tiny ops on a busy machine.
         torch.set_num_threads(1)
+        if fixture.family == "llama":
+            yield from _llama_run_cases(fixture, precision, set(self.supported_taps(fixture)))
+            return
         config = fixture.config
         weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
@@ -223,4 +229,220 @@ def _hooks(model: Any, taps: dict[str, torch.Tensor], H: int, dh: int) -> list[A
         handles.append(block.mlp.act.register_forward_hook(out(f"{b}.mlp.hook_post")))
         handles.append(block.mlp.register_forward_hook(out(f"{b}.hook_mlp_out")))
         handles.append(block.register_forward_hook(out(f"{b}.hook_resid_post")))
+    return handles
+
+
+# -- the Llama family: LlamaForCausalLM --------------------------------------------------------------------------
+
+# The taps transformers' Llama never materializes are GPT-2's UNEXPOSED and ln_final's: RMSNorm's scale and
+# normalized values (one fused expression) and the pre-softmax scores (inside the attention function).
+ATTENTION = "parity_eager"  # transformers' eager attention, registered under this name to see its inputs
+
+
+def _llama_declines(fixture: Fixture) -> str | None:
+    config: Any = fixture.model.config  # a LlamaConfig
+    if not config.causal:
+        return "transformers' Llama is always causal; this fixture has causal=false"
+    if config.rope_pairing != "half":
+        return ("transformers' Llama rotates half-split pairs (rotate_half); this fixture has rope_pairing="
+                f"{config.rope_pairing!r}")
+    return None
+
+
+def hf_llama_config(config: Any) -> Any:
+    """transformers' LlamaConfig for a parity LlamaConfig: eager attention, no dropout, default RoPE."""
+    from transformers import LlamaConfig as HFLlamaConfig
+
+    cfg = HFLlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.d_model, intermediate_size=config.d_mlp,
+        num_hidden_layers=config.n_layer, num_attention_heads=config.n_head, num_key_value_heads=config.n_kv_heads,
+        head_dim=config.d_head, max_position_embeddings=config.n_ctx, rms_norm_eps=config.rms_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_base}, hidden_act="silu",
+        attention_bias=config.bias, mlp_bias=False, tie_word_embeddings=config.tied, attention_dropout=0.0,
+        use_cache=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def _rms_norm_float64(self: Any, hidden_states: Any) -> Any:
+    """LlamaRMSNorm.forward without its float32 island (`hidden_states.to(torch.float32)`)."""
+    import torch
+
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def _rope_float64(self: Any, x: Any, position_ids: Any) -> Any:
+    """LlamaRotaryEmbedding.forward with inv_freq, the angles, cos and sin in float64 (not `.float()`)."""
+    import torch
+
+    dim = 2 * self.inv_freq.shape[0]
+    base = torch.tensor(float(self.config.rope_parameters["rope_theta"]), dtype=torch.float64)
+    inv_freq = torch.pow(base, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dh/2,)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (1, T, dh/2)
+    angles = torch.cat((freqs, freqs), dim=-1)  # (1, T, dh)
+    return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+
+def _attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float,
+               dropout: float = 0.0, **kwargs: Any) -> Any:
+    """transformers' `eager_attention_forward`, its inputs (q and k after RoPE) and pattern recorded; in a float64
+    model its softmax in float64 (transformers' takes it in float32, `dtype=torch.float32`)."""
+    import torch
+    from transformers.models.llama import modeling_llama
+
+    if query.dtype == torch.float64:
+        keys = modeling_llama.repeat_kv(key, module.num_key_value_groups)  # (1, H, T, dh)
+        values = modeling_llama.repeat_kv(value, module.num_key_value_groups)
+        weights = torch.matmul(query, keys.transpose(2, 3)) * scaling  # (1, H, T, T)
+        if attention_mask is not None:
+            weights = weights + attention_mask
+        weights = torch.softmax(weights, dim=-1)
+        out, pattern = torch.matmul(weights, values).transpose(1, 2).contiguous(), weights
+    else:
+        out, pattern = modeling_llama.eager_attention_forward(module, query, key, value, attention_mask, scaling,
+                                                              dropout=dropout, **kwargs)
+    record = getattr(module, "_parity_record", None)
+    if record is not None:
+        record(query, key, pattern)
+    return out, pattern
+
+
+def hf_llama_model(weights: dict[str, np.ndarray], config: Any, precision: Precision) -> Any:
+    """A LlamaForCausalLM in eval mode holding the fixture's weights (Hugging Face names) in the precision's dtype.
+
+    In fp64 the three steps transformers computes in float32 inside a float64 model (RMSNorm, the RoPE tables,
+    the eager softmax) are computed in float64, on this model's own modules only (no class is patched).
+    """
+    import types
+
+    import torch
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    from parity_reference.run import torch_dtype
+
+    with silenced(("transformers",)):
+        from transformers import AutoModelForCausalLM
+    # Idempotent: the same functions under the same name. The mask must be registered too: transformers gives an
+    # attention function it has no mask function for no mask at all (every position sees the future).
+    AttentionInterface.register(ATTENTION, _attention)
+    AttentionMaskInterface.register(ATTENTION, eager_mask)
+    dtype = torch_dtype(precision)
+    state = {k: torch.tensor(weights.pop(k), dtype=dtype) for k in list(weights)}
+    if config.tied:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    with silenced(("transformers",)), torch.device("meta"):
+        model = cast(Any, AutoModelForCausalLM).from_config(hf_llama_config(config)).to(dtype)
+    model.config.dtype = dtype
+    model.config._attn_implementation = ATTENTION
+    model.load_state_dict(state, strict=False, assign=True)
+    if config.tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    # The RoPE module's inv_freq is a non-persistent buffer: made again, for real, from the config.
+    with silenced(("transformers",)):
+        rotary = type(model.model.rotary_emb)(model.config)
+    model.model.rotary_emb = rotary  # its inv_freq in float32, as transformers keeps it
+    model = model.eval()
+    if precision == "fp64":
+        model.model.rotary_emb.forward = types.MethodType(_rope_float64, model.model.rotary_emb)
+        for module in model.modules():
+            if type(module).__name__ == "LlamaRMSNorm":
+                module.forward = types.MethodType(_rms_norm_float64, module)
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    left = [n for n, t in tensors if t.is_meta]
+    if left:
+        raise RuntimeError(f"transformers' Llama has tensors the fixture does not fill: {left[:3]}")
+    other = [f"{n} ({t.dtype})" for n, t in model.named_parameters() if t.dtype != dtype]
+    if other:
+        raise RuntimeError(f"transformers' Llama holds parameters outside {dtype}: {other[:3]}")
+    return model
+
+
+def _llama_run_cases(fixture: Fixture, precision: Precision,
+                     wanted: set[str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    import torch
+
+    config = fixture.model.config
+    weights = fixture.weights()
+    fixture.release_weights()
+    model = hf_llama_model(weights, config, precision)
+    lens_rows = fixture.lens_rows()
+    for case in fixture.cases:
+        if not 1 <= len(case.tokens) <= config.n_ctx:
+            raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
+        bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
+        if bad:
+            raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
+        taps: dict[str, torch.Tensor] = {}
+        handles = _llama_hooks(model, taps, config)
+        try:
+            with silenced(("transformers",)), torch.no_grad():
+                tokens = torch.tensor([case.tokens], dtype=torch.int64)  # (1, T)
+                logits = model(input_ids=tokens, use_cache=False).logits[0]  # (T, V)
+                taps["logits"] = logits
+                last = slice(None) if lens_rows is None else slice(-lens_rows, None)
+                taps["probs"] = torch.softmax(logits[last], dim=-1)  # (rows, V)
+                streams = [taps[f"blocks.{i}.hook_resid_pre"] for i in range(config.n_layer)]
+                streams.append(taps[f"blocks.{config.n_layer - 1}.hook_resid_post"])
+                kept = [stream[last] for stream in streams]  # L + 1 of (rows, d)
+                lens = model.lm_head(model.model.norm(torch.cat(kept)))  # ((L + 1) * rows, V)
+                for k, part in enumerate(lens.split(kept[0].shape[0])):
+                    taps[f"logit_lens.{k}"] = torch.softmax(part, dim=-1)  # (rows, V)
+        finally:
+            for h in handles:
+                h.remove()
+            for layer in model.model.layers:
+                layer.self_attn._parity_record = None
+        widen = precision in ("fp16", "bf16")
+        yield case.name, {tap: (t.detach().to(torch.float32) if widen else t.detach()).contiguous().numpy().copy()
+                          for tap, t in taps.items() if tap in wanted}
+
+
+def _llama_hooks(model: Any, taps: dict[str, torch.Tensor], config: Any) -> list[Any]:
+    """Forward hooks on transformers' Llama modules (and its attention function) recording one sequence's taps."""
+    dh = config.d_head
+    handles: list[Any] = []
+
+    def first(value: Any) -> Any:
+        return (value[0] if isinstance(value, tuple) else value)[0]  # the module's output, batch row 0
+
+    def out(name: str, heads: int | None = None) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            value = first(output)
+            taps[name] = value if heads is None else value.reshape(value.shape[0], heads, dh)
+        return hook
+
+    def inp(name: str, heads: int | None = None) -> Any:
+        def hook(_module: Any, args: Any, kwargs: Any) -> None:
+            value = (args[0] if args else kwargs["hidden_states"])[0]
+            taps[name] = value if heads is None else value.reshape(value.shape[0], heads, dh)
+        return hook
+
+    def attention(b: str) -> Any:
+        def record(query: Any, key: Any, pattern: Any) -> None:
+            taps[f"{b}.attn.hook_rot_q"] = query[0].transpose(0, 1)  # (T, H, dh)
+            taps[f"{b}.attn.hook_rot_k"] = key[0].transpose(0, 1)  # (T, Hkv, dh)
+            taps[f"{b}.attn.hook_pattern"] = pattern[0]  # (H, T, T)
+        return record
+
+    handles.append(model.model.embed_tokens.register_forward_hook(out("hook_embed")))
+    for i, layer in enumerate(model.model.layers):
+        b, attn, mlp = f"blocks.{i}", layer.self_attn, layer.mlp
+        handles.append(layer.register_forward_pre_hook(inp(f"{b}.hook_resid_pre"), with_kwargs=True))
+        handles.append(attn.q_proj.register_forward_hook(out(f"{b}.attn.hook_q", config.n_head)))
+        handles.append(attn.k_proj.register_forward_hook(out(f"{b}.attn.hook_k", config.n_kv_heads)))
+        handles.append(attn.v_proj.register_forward_hook(out(f"{b}.attn.hook_v", config.n_kv_heads)))
+        attn._parity_record = attention(b)
+        handles.append(attn.o_proj.register_forward_pre_hook(inp(f"{b}.attn.hook_z", config.n_head),
+                                                             with_kwargs=True))
+        handles.append(attn.register_forward_hook(out(f"{b}.hook_attn_out")))
+        handles.append(layer.post_attention_layernorm.register_forward_pre_hook(inp(f"{b}.hook_resid_mid"),
+                                                                               with_kwargs=True))
+        handles.append(mlp.gate_proj.register_forward_hook(out(f"{b}.mlp.hook_pre")))
+        handles.append(mlp.up_proj.register_forward_hook(out(f"{b}.mlp.hook_pre_linear")))
+        handles.append(mlp.down_proj.register_forward_pre_hook(inp(f"{b}.mlp.hook_post"), with_kwargs=True))
+        handles.append(mlp.register_forward_hook(out(f"{b}.hook_mlp_out")))
+        handles.append(layer.register_forward_hook(out(f"{b}.hook_resid_post")))
     return handles

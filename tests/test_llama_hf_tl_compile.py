@@ -1,0 +1,92 @@
+"""hf-transformers, transformerlens and torch-compile on the Llama family: each agrees with the Llama reference.
+
+Each backend is called directly (its `run_cases`) on a llama fixture made in memory: the seeded tiny Llama of
+tests/test_llama_reference.py (d_model 16, 2 blocks, 4 query heads sharing 2 key/value heads, untied), its weights
+rounded to float32 as a fixture stores them, and compared tap by tap with parity_reference.llama_model run on
+those same weights in the tier's dtype: fp32 within 1e-5, fp64 within 1e-12.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from parity_reference.families import load_family
+from parity_reference.llama_config import TOY_LLAMA, LlamaConfig
+
+torch = pytest.importorskip("torch")
+
+from parity_reference import llama_model  # noqa: E402  (torch first: skipped without it)
+
+CASES = {"ten": [1, 5, 3, 7, 2, 11, 0, 4, 9, 6], "one": [3], "full": [(7 * k) % 12 for k in range(16)]}
+ATOL = {"fp32": 1e-5, "fp64": 1e-12}
+DTYPE = {"fp32": torch.float32, "fp64": torch.float64}
+HF_UNEXPOSED = ("hook_scale", "hook_normalized", "hook_attn_scores")  # fused inside transformers' modules
+
+
+def llama_fixture(config: LlamaConfig = TOY_LLAMA, lens_rows: int | None = None) -> tuple[Any, dict[str, np.ndarray]]:
+    """What a backend reads of a llama fixture (family, model.config, cases, tap_names, weights, lens_rows)."""
+    p = llama_model.init_params(config, 38, torch.float64, std=0.3)
+    weights = {k: v.to(torch.float32).numpy() for k, v in p.items()}  # a fixture's weights are float32
+    cases = [SimpleNamespace(name=n, tokens=t) for n, t in CASES.items()]
+    fixture = SimpleNamespace(
+        family="llama", model=SimpleNamespace(config=config), cases=cases,
+        tap_names=load_family("llama").tap_names(config), weights=lambda: dict(weights),
+        release_weights=lambda: None, lens_rows=lambda: lens_rows)
+    return fixture, weights
+
+
+def worst_differences(outputs: dict[str, dict[str, np.ndarray]], fixture: Any, weights: dict[str, np.ndarray],
+                      precision: str) -> dict[str, float]:
+    """The largest |backend - reference| per tap over every case (masked cells must be masked in both)."""
+    config = fixture.model.config
+    params = {k: torch.tensor(v, dtype=DTYPE[precision]) for k, v in weights.items()}
+    worst: dict[str, float] = {}
+    for case in fixture.cases:
+        ref = llama_model.run_with_taps(params, config, case.tokens, fixture.lens_rows())
+        got = outputs[case.name]
+        for tap, value in got.items():
+            want = ref[tap].numpy()
+            assert value.shape == want.shape, (case.name, tap, value.shape, want.shape)
+            assert value.dtype == want.dtype, (case.name, tap, value.dtype)
+            inf = np.isinf(want)
+            assert np.array_equal(np.isinf(value), inf), (case.name, tap)
+            diff = float(np.max(np.abs(np.where(inf, 0.0, value - np.where(inf, 0.0, want))), initial=0.0))
+            worst[tap] = max(worst.get(tap, 0.0), diff)
+    return worst
+
+
+# -- hf-transformers ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+@pytest.mark.parametrize("config", [TOY_LLAMA, LlamaConfig(bias=True, tied=True, rope_base=500000.0, rms_eps=1e-6)],
+                         ids=["toy", "bias-tied"])
+def test_hf_transformers_llama_agrees_with_the_reference(precision: str, config: LlamaConfig) -> None:
+    pytest.importorskip("transformers")
+    from parity_harness._backends.hf_transformers_backend import HFTransformersBackend
+
+    backend = HFTransformersBackend()
+    assert "llama" in backend.families
+    fixture, weights = llama_fixture(config, lens_rows=3)
+    assert backend.declines(fixture) is None
+    wanted = backend.supported_taps(fixture)
+    assert sorted(wanted) == sorted(t for t in fixture.tap_names
+                                    if not t.startswith("ln_final.") and not t.endswith(HF_UNEXPOSED))
+    outputs = dict(backend.run_cases(fixture, precision))  # type: ignore[arg-type]
+    assert all(sorted(taps) == sorted(wanted) for taps in outputs.values())
+    worst = worst_differences(outputs, fixture, weights, precision)
+    # Measured on the toy: fp32 2.6e-6 (blocks.1.hook_resid_pre), fp64 4.4e-15 (the three float32 steps in float64)
+    assert max(worst.values()) <= ATOL[precision], {k: v for k, v in worst.items() if v > ATOL[precision]}
+    assert worst["blocks.1.attn.hook_pattern"] <= ATOL[precision]  # the causal mask: the future is never seen
+
+
+def test_hf_transformers_declines_interleaved_llama_in_one_line() -> None:
+    from parity_harness._backends.hf_transformers_backend import HFTransformersBackend
+
+    fixture, _ = llama_fixture(LlamaConfig(rope_pairing="interleaved"))
+    reason = HFTransformersBackend().declines(fixture)
+    assert reason is not None and "rope_pairing='interleaved'" in reason and "\n" not in reason
