@@ -90,3 +90,27 @@ def test_hf_transformers_declines_interleaved_llama_in_one_line() -> None:
     fixture, _ = llama_fixture(LlamaConfig(rope_pairing="interleaved"))
     reason = HFTransformersBackend().declines(fixture)
     assert reason is not None and "rope_pairing='interleaved'" in reason and "\n" not in reason
+
+
+# -- torch-compile -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.full  # two precisions x two graphs (T = 1, T >= 2) compiled cold: about 40 s
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+def test_torch_compile_llama_agrees_with_the_reference(precision: str, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Any) -> None:
+    from parity_harness._backends.torch_compile_backend import TorchCompileBackend, find_cxx, key_parts
+
+    if find_cxx() is None:
+        pytest.skip("no C++ compiler")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a cold cache: the llama graphs compiled here
+    backend = TorchCompileBackend()
+    assert "llama" in backend.families
+    fixture, weights = llama_fixture(lens_rows=3)
+    outputs = dict(backend.run_cases(fixture, precision))  # type: ignore[arg-type]
+    assert all(sorted(taps) == sorted(fixture.tap_names) for taps in outputs.values())  # every tap, no hooks
+    worst = worst_differences(outputs, fixture, weights, precision)
+    assert max(worst.values()) <= ATOL[precision], {k: v for k, v in worst.items() if v > ATOL[precision]}
+    params = {k: torch.tensor(v) for k, v in weights.items()}
+    gpt2_key, llama_key = (key_parts(TOY_LLAMA, 3, "fp32", params, family) for family in ("gpt2", "llama"))
+    assert llama_key["model_source"] != gpt2_key["model_source"]  # a llama graph is keyed by llama_model's source

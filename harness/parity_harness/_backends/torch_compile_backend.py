@@ -1,6 +1,7 @@
 """The `torch-compile` backend: the reference model (parity_reference/model.py) under `torch.compile`, inductor, on CPU.
 
-The function compiled is `parity_reference.model.forward` filling its taps dict, and it returns that dict:
+The function compiled is `parity_reference.model.forward` filling its taps dict, and it returns that dict
+(for a Llama fixture `parity_reference.llama_model.forward`, the same way; RoPE's tables are computed inside it):
 every tap is an output of one compiled graph (`fullgraph=True`: a graph break is an error, never a
 silent fallback to eager PyTorch), with no hooks. Float32 and float64 (the float32 weights upcast,
 as the fp64 golden's are). Shapes are dynamic in the sequence length only (`mark_dynamic` on the
@@ -140,6 +141,7 @@ class TorchCompileBackend(Backend):
     # set in import_requirements (torch sets it again, to the same value, on every cache lookup): with
     # --jobs 2 the lanes call it before it runs, under the import lock, and run_cases' own call changes nothing.
     concurrent: ClassVar[bool] = True
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")  # parity_reference/model.py or llama_model.py
 
     def import_requirements(self) -> None:
         """Inductor's cache directory chosen (`usable_cache_dir`: a private one when the configured one is not
@@ -161,7 +163,7 @@ class TorchCompileBackend(Backend):
         if find_cxx() is None:
             raise BackendUnavailable(f"backend {self.name!r} needs a C++ compiler ({cxx_name()!r} on PATH); "
                                      f"install with: {self.install_hint}")
-        config = fixture.config
+        config: Any = fixture.model.config  # the family's config (GPTConfig, LlamaConfig)
         for case in fixture.cases:  # bad input is one line before anything is compiled
             if not 1 <= len(case.tokens) <= config.n_ctx:
                 raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
@@ -171,9 +173,9 @@ class TorchCompileBackend(Backend):
         self.import_requirements()  # one lane: here; --jobs 2 made it under the import lock, and this is a no-op
         import torch
 
-        from parity_reference import model
         from parity_reference.run import torch_params
 
+        model = reference_module(fixture.family)
         weights = fixture.weights()
         fixture.release_weights()
         params = torch_params(weights, precision, consume=True)  # one thread: inductor's kernels use one too
@@ -187,7 +189,7 @@ class TorchCompileBackend(Backend):
         if torch._inductor.config.force_disable_caches:  # no cache to load from or save to: compile in process
             graph_of = self._jit_graphs(taps_of, len({len(c.tokens) for c in fixture.cases}))
         else:
-            parts = key_parts(config, lens_rows, precision, params)
+            parts = key_parts(config, lens_rows, precision, params, fixture.family)
             graph_of = self._precompiled_graphs(taps_of, parts)
         for case in fixture.cases:
             tokens = torch.tensor(list(case.tokens), dtype=torch.int64)  # (T,)
@@ -269,15 +271,26 @@ def source_sha256(module: ModuleType) -> str:
     return hashlib.sha256(Path(inspect.getfile(module)).read_bytes()).hexdigest()
 
 
-def key_parts(config: Any, lens_rows: int | None, precision: Precision, params: dict[str, Any]) -> dict[str, Any]:
+def reference_module(family: str) -> ModuleType:
+    """The reference module whose `forward` is compiled: parity_reference.model (GPT-2) or .llama_model (Llama)."""
+    if family == "llama":
+        from parity_reference import llama_model
+
+        return llama_model
+    from parity_reference import model
+
+    return model
+
+
+def key_parts(config: Any, lens_rows: int | None, precision: Precision, params: dict[str, Any],
+              family: str = "gpt2") -> dict[str, Any]:
     """Everything a compiled graph depends on, but its kind (T = 1 or T >= 2): the code traced, the model's
-    configuration, the dtype and every weight's shape, and the software and CPU it was compiled for."""
+    family and configuration, the dtype and every weight's shape, and the software and CPU it was compiled for."""
     import platform
 
     import torch
 
-    from parity_reference import model
-
+    model = reference_module(family)
     return {
         "format": 1,
         "torch": torch.__version__,
@@ -288,6 +301,7 @@ def key_parts(config: Any, lens_rows: int | None, precision: Precision, params: 
         "model_source": source_sha256(model),
         "backend_source": source_sha256(sys.modules[__name__]),
         "config": dataclasses.asdict(config),
+        **({"family": family} if family != "gpt2" else {}),  # absent for GPT-2: its cached graphs keep their keys
         "lens_rows": lens_rows,
         "precision": precision,
         "params": {name: [list(t.shape), str(t.dtype)] for name, t in sorted(params.items())},
