@@ -114,3 +114,24 @@ def test_torch_compile_llama_agrees_with_the_reference(precision: str, monkeypat
     params = {k: torch.tensor(v) for k, v in weights.items()}
     gpt2_key, llama_key = (key_parts(TOY_LLAMA, 3, "fp32", params, family) for family in ("gpt2", "llama"))
     assert llama_key["model_source"] != gpt2_key["model_source"]  # a llama graph is keyed by llama_model's source
+
+
+# -- transformerlens ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.full  # importing transformer_lens takes about 7 s
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+@pytest.mark.parametrize("config", [
+    TOY_LLAMA, LlamaConfig(bias=True, tied=True, rope_pairing="interleaved", n_kv_heads=4, rope_base=500000.0),
+], ids=["toy", "bias-tied-interleaved-mha"])
+def test_transformerlens_llama_agrees_with_the_reference_on_every_tap(precision: str, config: LlamaConfig) -> None:
+    pytest.importorskip("transformer_lens")
+    from parity_harness._backends.transformerlens_backend import TransformerLensBackend
+
+    backend = TransformerLensBackend()
+    assert "llama" in backend.families
+    fixture, weights = llama_fixture(config, lens_rows=3)
+    outputs = dict(backend.run_cases(fixture, precision))  # type: ignore[arg-type]
+    assert all(sorted(taps) == sorted(fixture.tap_names) for taps in outputs.values())  # every tap, from its hooks
+    worst = worst_differences(outputs, fixture, weights, precision)
+    assert max(worst.values()) <= ATOL[precision], {k: v for k, v in worst.items() if v > ATOL[precision]}

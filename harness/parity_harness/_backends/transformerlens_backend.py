@@ -18,8 +18,17 @@ copied; after loading, every parameter is checked to be the very tensor given, i
 Taps come from `run_with_cache`: TransformerLens' hook names are parity's tap names, and their
 shapes (batch axis dropped) are the spec's. `logits` is the model's output, `probs` its softmax, and
 the logit lens runs each block's input (and the last block's output) through the model's own
-`ln_final` and `unembed`. Every tap is supported. TransformerLens' warnings, log records and prints
-are kept off the terminal (`silenced`, parity_harness/_backends/quiet.py).
+`ln_final` and `unembed`. Every tap is supported.
+
+A Llama fixture (family "llama") gets TransformerLens' own Llama: `normalization_type="RMS"` (final_rms),
+`positional_embedding_type="rotary"` (rotary_base, `rotary_adjacent_pairs` for interleaved pairing), a
+SiLU-gated MLP and grouped-query attention (`n_key_value_heads`), its weights split as
+`transformer_lens.pretrained.weight_conversions.llama` splits them (`tl_llama_state_dict`). TransformerLens'
+hook names are the family's taps too (`attn.hook_rot_q`/`hook_rot_k`, `mlp.hook_pre_linear`, RMSNorm's
+`hook_scale`/`hook_normalized`), so every tap is read from its hooks again.
+
+TransformerLens' warnings, log records and prints are kept off the terminal (`silenced`,
+parity_harness/_backends/quiet.py).
 """
 
 from __future__ import annotations
@@ -99,7 +108,7 @@ def tl_state_dict(weights: dict[str, np.ndarray], config: GPTConfig, dtype: torc
     return state
 
 
-def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Precision) -> Any:
+def tl_model(weights: dict[str, np.ndarray], config: Any, precision: Precision, family: str = "gpt2") -> Any:
     """A HookedTransformer in eval mode holding exactly the fixture's weights in the precision's dtype.
 
     Loaded with `load_state_dict(assign=True)`, not `load_and_process_state_dict` (which rounds float64
@@ -109,11 +118,12 @@ def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     import torch
 
     dtype = torch.float32 if precision == "fp32" else torch.float64
-    state = tl_state_dict(weights, config, dtype)
+    llama = family == "llama"
+    state = (tl_llama_state_dict if llama else tl_state_dict)(weights, config, dtype)
     with silenced():
         from transformer_lens import HookedTransformer
 
-        model = HookedTransformer(tl_config(config, dtype), move_to_device=True)
+        model = HookedTransformer((tl_llama_config if llama else tl_config)(config, dtype), move_to_device=True)
     params = dict(model.named_parameters())
     if set(params) != set(state):
         missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
@@ -129,6 +139,64 @@ def tl_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     return model.eval()
 
 
+def tl_llama_config(config: Any, dtype: torch.dtype) -> Any:
+    """TransformerLens' HookedTransformerConfig for a parity LlamaConfig: RMSNorm, rotary, SiLU-gated MLP, GQA."""
+    with silenced():
+        from transformer_lens import HookedTransformerConfig
+
+    return HookedTransformerConfig(
+        n_layers=config.n_layer, d_model=config.d_model, n_ctx=config.n_ctx, d_head=config.d_head,
+        n_heads=config.n_head, n_key_value_heads=config.n_kv_heads, d_mlp=config.d_mlp, d_vocab=config.vocab_size,
+        d_vocab_out=config.vocab_size, act_fn="silu", eps=config.rms_eps, normalization_type="RMS", final_rms=True,
+        positional_embedding_type="rotary", rotary_dim=config.d_head, rotary_base=config.rope_base,
+        rotary_adjacent_pairs=config.rope_pairing == "interleaved", gated_mlp=True,
+        attention_dir="causal" if config.causal else "bidirectional", use_attn_scale=True,
+        original_architecture="LlamaForCausalLM", init_weights=False, dtype=dtype, device="cpu",
+        default_prepend_bos=False, tokenizer_name=None,
+    )
+
+
+def tl_llama_state_dict(weights: dict[str, np.ndarray], config: Any, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The fixture's Llama weights (Hugging Face names) in TransformerLens' names and layout, each cast once to
+    `dtype`: the split `transformer_lens.pretrained.weight_conversions.llama` makes, with the key/value heads
+    under GQA's `_W_K`/`_W_V`, and the attention biases when the fixture has them (zeros otherwise, as there).
+    Consumes `weights`; only reshapes and transposes."""
+    import torch
+
+    H, Hkv, d, dh = config.n_head, config.n_kv_heads, config.d_model, config.d_head
+
+    def take(name: str) -> torch.Tensor:
+        return torch.tensor(weights.pop(name), dtype=dtype)
+
+    def zeros(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=dtype)
+
+    wte = take("model.embed_tokens.weight")  # (V, d)
+    state: dict[str, torch.Tensor] = {"embed.W_E": wte, "unembed.b_U": zeros(config.vocab_size)}
+    for i in range(config.n_layer):
+        h, b = f"model.layers.{i}.", f"blocks.{i}."
+        state[b + "ln1.w"] = take(h + "input_layernorm.weight")
+        for key, proj, heads in (("W_Q", "q_proj", H), ("_W_K", "k_proj", Hkv), ("_W_V", "v_proj", Hkv)):
+            w = take(h + f"self_attn.{proj}.weight")  # (heads * dh, d): nn.Linear, x @ W.T
+            state[b + "attn." + key] = w.reshape(heads, dh, d).permute(0, 2, 1)  # (heads, d, dh)
+            bias = h + f"self_attn.{proj}.bias"
+            state[b + "attn." + key.replace("W", "b")] = take(bias).reshape(heads, dh) if bias in weights \
+                else zeros(heads, dh)
+        state[b + "attn.W_O"] = take(h + "self_attn.o_proj.weight").reshape(d, H, dh).permute(1, 2, 0)  # (H, dh, d)
+        bias = h + "self_attn.o_proj.bias"
+        state[b + "attn.b_O"] = take(bias) if bias in weights else zeros(d)
+        state[b + "ln2.w"] = take(h + "post_attention_layernorm.weight")
+        state[b + "mlp.W_in"] = take(h + "mlp.up_proj.weight").T  # (d, d_mlp)
+        state[b + "mlp.W_gate"] = take(h + "mlp.gate_proj.weight").T  # (d, d_mlp)
+        state[b + "mlp.W_out"] = take(h + "mlp.down_proj.weight").T  # (d_mlp, d)
+        state[b + "mlp.b_in"], state[b + "mlp.b_out"] = zeros(config.d_mlp), zeros(d)
+    state["ln_final.w"] = take("model.norm.weight")
+    state = {k: v.contiguous() for k, v in state.items()}
+    # Untied: lm_head (V, d) transposed; tied: W_E's transposed view (as the GPT-2 branch, no copy per unembedding).
+    state["unembed.W_U"] = (state["embed.W_E"] if config.tied else take("lm_head.weight").contiguous()).T  # (d, V)
+    return state
+
+
 class TransformerLensBackend(Backend):
     name: ClassVar[str] = "transformerlens"
     description: ClassVar[str] = "TransformerLens' HookedTransformer (exact GELU, unprocessed weights), taps from hooks"
@@ -137,6 +205,7 @@ class TransformerLensBackend(Backend):
     install_hint: ClassVar[str] = "pip install 'parity-harness[transformerlens]'"
     streams: ClassVar[bool] = True
     concurrent: ClassVar[bool] = True  # changes nothing another backend computes with; it only silences output
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         return dict(self.run_cases(fixture, precision))
@@ -144,10 +213,10 @@ class TransformerLensBackend(Backend):
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         import torch
 
-        config = fixture.config
+        config: Any = fixture.model.config  # the family's config (GPTConfig, LlamaConfig)
         weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
-        model = tl_model(weights, config, precision)  # pops each array as it converts it
+        model = tl_model(weights, config, precision, fixture.family)  # pops each array as it converts it
         wanted = self.supported_taps(fixture)
         hooks = set(wanted) - {"logits", "probs"} - {f"logit_lens.{k}" for k in range(config.n_layer + 1)}
         lens_rows = fixture.lens_rows()
