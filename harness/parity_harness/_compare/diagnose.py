@@ -26,13 +26,14 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 if TYPE_CHECKING:
     from parity_harness._compare.report import Report
     from parity_reference.config import GPTConfig
+    from parity_reference.llama_config import LlamaConfig
 
 ROUNDED_F32 = "got equals expected rounded to float32"
 NOT_CORRECTLY_ROUNDED = ("not correctly rounded: over 0.5 eps units where the golden is within 0.5 (a float32 step, "
@@ -175,14 +176,28 @@ _A_S = (0.3275911, 1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.25482
 
 @dataclass(frozen=True)
 class TapContext:
-    """What a diagnosis may predict from: the tap, the model, this case's goldens (the tier's) and candidate taps."""
+    """What a diagnosis may predict from: the tap, the model, this case's goldens (the tier's) and candidate taps.
+
+    `config` is the fixture's model config (`fixture.model.config`): a GPTConfig, or a LlamaConfig for the Llama
+    family, whose known bugs have patterns of their own (`_llama_contextual`).
+    """
 
     tap: str
-    config: GPTConfig
+    config: GPTConfig | LlamaConfig
     goldens: Mapping[str, np.ndarray]  # this case's goldens in the tier being judged, by tap
     candidate: Mapping[str, np.ndarray] = field(default_factory=dict)  # the candidate's taps for this case
     weights: Mapping[str, np.ndarray] | None = None  # the fixture's weights (for the weight-layout bugs)
     precision: str = ""  # what the candidate computed in: values on a coarser grid than it are named
+
+    @property
+    def gpt(self) -> GPTConfig:
+        """The config as GPT-2's: the GPT-2 patterns run only on a GPT-2 fixture (`_contextual`)."""
+        return cast("GPTConfig", self.config)
+
+    @property
+    def llama(self) -> LlamaConfig:
+        """The config as Llama's: the Llama patterns run only on a Llama fixture (`_llama_contextual`)."""
+        return cast("LlamaConfig", self.config)
 
     def golden(self, tap: str) -> np.ndarray | None:
         g = self.goldens.get(tap)
@@ -271,7 +286,7 @@ def _softmax(z: np.ndarray, axis: int) -> np.ndarray:
 
 def _ln_scale(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, atol: float, rtol: float,
               ctx: TapContext) -> list[str]:
-    d, eps = ctx.config.d_model, ctx.config.ln_eps
+    d, eps = ctx.gpt.d_model, ctx.gpt.ln_eps
     var = np.maximum(b * b - eps, 0.0)
     if _explains(a, b, np.sqrt(var * d / (d - 1) + eps), bad, atol, rtol):
         return [f"{VARIANCE_UNBIASED}: the scale is sqrt(d/(d-1)) = {math.sqrt(d / (d - 1)):.4f} x the golden's "
@@ -283,7 +298,7 @@ def _ln_scale(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, at
                                                             rtol):
             return [f"{LN_EPS}: {eps + delta:.2g} instead of {eps:g} (scale^2 - golden^2 is the constant "
                     f"{delta:+.2g})"]
-    source = _ln_input(ctx.tap, ctx.config)
+    source = _ln_input(ctx.tap, ctx.gpt)
     x = None if source is None else ctx.golden(source)
     if x is not None and x.shape[:-1] == a.shape[:-1]:  # cancellation: error ~ eps |mean|^2 where |mean| >> std
         mean2 = np.mean(x, axis=-1, keepdims=True) ** 2
@@ -310,7 +325,7 @@ def _ln_normalized(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, r
     s = ctx.golden(ctx.tap.replace("hook_normalized", "hook_scale"))
     if s is None or s.shape[:-1] != a.shape[:-1]:
         return []
-    d, eps = ctx.config.d_model, ctx.config.ln_eps
+    d, eps = ctx.gpt.d_model, ctx.gpt.ln_eps
     pred = b * s / np.sqrt(np.maximum(s * s - eps, 0.0) * d / (d - 1) + eps)
     if _explains(a, b, pred, bad, atol, rtol):
         return [f"{VARIANCE_UNBIASED}: the output is sqrt((d-1)/d) = {math.sqrt((d - 1) / d):.4f} x the golden's "
@@ -319,7 +334,7 @@ def _ln_normalized(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, r
 
 
 def _scores(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    cfg = ctx.config
+    cfg = ctx.gpt
     dh, d = cfg.d_model // cfg.n_head, cfg.d_model
     ratios = {math.sqrt(dh): "no 1/sqrt(d_head) at all", math.sqrt(dh / d): "1/sqrt(d_model) instead of 1/sqrt(d_head)",
               1 / math.sqrt(dh): "1/d_head instead of 1/sqrt(d_head)"}
@@ -411,7 +426,7 @@ def _heads(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: flo
 
 def _logits(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
     wte = ctx.weight("wte.weight")
-    resid = ctx.golden(f"blocks.{ctx.config.n_layer - 1}.hook_resid_post")
+    resid = ctx.golden(f"blocks.{ctx.gpt.n_layer - 1}.hook_resid_post")
     if wte is None or resid is None or resid.shape[-1] != wte.shape[-1]:
         return []
     if _explains(a, b, resid @ wte.T, bad, atol, rtol):
@@ -434,7 +449,9 @@ def _contextual(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, 
     """The known porting bugs at this tap (each predicted from the golden's upstream taps), first that fits."""
     tap = ctx.tap
     checks: list[Callable[[], list[str]]] = []
-    if tap.endswith(".hook_scale"):
+    if _is_llama(ctx):
+        checks.append(lambda: _llama_contextual(a, b, bad, atol, rtol, ctx))
+    elif tap.endswith(".hook_scale"):
         checks.append(lambda: _ln_scale(a, b, bad, dtype, atol, rtol, ctx))
     elif tap.endswith(".hook_normalized"):
         checks.append(lambda: _ln_normalized(a, b, bad, atol, rtol, ctx))
@@ -457,6 +474,130 @@ def _contextual(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, 
             found = []
         if found:
             return found
+    return []
+
+
+# -- the Llama family's known porting bugs (docs/diagnosis.md, "Known bugs: Llama") ------------------------------
+
+ROPE_PAIRING = "RoPE pairing swapped"
+ROPE_BASE = "RoPE base"
+GQA_REPEAT = "grouped-query heads repeated, not interleaved"
+SWIGLU_SWAPPED = "SwiGLU gate and up swapped"
+RMS_EPS = "RMSNorm eps"
+RMS_ONE_PLUS_W = "RMSNorm weight applied as (1 + w)"
+ROPE_BASES = (10000.0, 500000.0, 1000000.0, 100000.0, 1000.0)  # the bases real checkpoints use, tried first
+
+
+def _is_llama(ctx: TapContext) -> bool:
+    return hasattr(ctx.config, "rope_pairing")  # LlamaConfig; GPTConfig has no RoPE
+
+
+def _rope(x: np.ndarray, base: float, pairing: str) -> np.ndarray:
+    """x (T, heads, dh) rotated as parity_reference.llama_model.apply_rope does, in float64."""
+    dh = x.shape[-1]
+    angle = np.arange(x.shape[0], dtype=np.float64)[:, None] * base ** (-np.arange(0, dh, 2) / dh)  # (T, dh/2)
+    c, s = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+    if pairing == "half":
+        x1, x2 = x[..., :dh // 2], x[..., dh // 2:]
+        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return np.stack([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).reshape(x.shape)
+
+
+def _fitted_base(a: np.ndarray, x: np.ndarray, pairing: str) -> float | None:
+    """The RoPE base that turns x into a at position 1, pair 1 (angle base^(-2/dh) < 1 rad: no wrap); median."""
+    if a.ndim != 3 or a.shape[0] < 2 or a.shape[-1] < 4:
+        return None
+    dh = a.shape[-1]
+    cols = (1, 1 + dh // 2) if pairing == "half" else (2, 3)
+    x1, x2, r1, r2 = x[1, :, cols[0]], x[1, :, cols[1]], a[1, :, cols[0]], a[1, :, cols[1]]
+    angle = np.arctan2(x1 * r2 - x2 * r1, x1 * r1 + x2 * r2)
+    angle = angle[np.isfinite(angle) & (np.hypot(x1, x2) > 0.0)]
+    if angle.size == 0 or float(np.median(angle)) <= 0.0 or float(np.median(angle)) >= 1.0:
+        return None
+    return float(float(np.median(angle)) ** (-dh / 2.0))
+
+
+def _rot(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
+    cfg = ctx.llama
+    x = ctx.golden(ctx.tap.replace("hook_rot_", "hook_"))
+    if x is None or x.shape != a.shape:
+        return []
+    base, pairing = float(cfg.rope_base), str(cfg.rope_pairing)
+    other = "interleaved" if pairing == "half" else "half"
+    if _explains(a, b, _rope(x, base, other), bad, atol, rtol):
+        return [f"{ROPE_PAIRING}: the rotation pairs columns {'(2j, 2j+1), Meta' if other == 'interleaved' else ''}"
+                f"{'(j, j + d_head/2), Hugging Face' if other == 'half' else ''} instead of the model's {pairing} "
+                "pairing (recomputed from the golden's pre-rotation tap)"]
+    fitted = _fitted_base(a, x, pairing)
+    tried = [*ROPE_BASES, *([fitted] if fitted is not None else [])]
+    for wrong in tried:
+        if abs(wrong - base) > 1e-6 * base and _explains(a, b, _rope(x, wrong, pairing), bad, atol, rtol):
+            return [f"{ROPE_BASE}: the rotation is the golden's with base {wrong:.6g} instead of {base:g}"]
+    return []
+
+
+def _gqa_scores(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
+                ctx: TapContext) -> list[str]:
+    i = _layer(ctx.tap)
+    q, k = ctx.golden(f"blocks.{i}.attn.hook_rot_q"), ctx.golden(f"blocks.{i}.attn.hook_rot_k")
+    if q is None or k is None or q.ndim != 3 or k.ndim != 3 or q.shape[1] % k.shape[1] or k.shape[1] == q.shape[1]:
+        return []
+    H, Hkv = q.shape[1], k.shape[1]
+    kh = k[:, np.arange(H) % Hkv]  # (T, H, dh): query head h reads kv head h % n_kv (torch `repeat`)
+    pred = np.einsum("ihe,jhe->hij", q, kh) / math.sqrt(q.shape[-1])
+    if pred.shape != a.shape:
+        return []
+    if _explains(a, b, np.where(np.isneginf(b), -np.inf, pred), bad, atol, rtol):
+        return [f"{GQA_REPEAT}: query head h reads kv head h % {Hkv} (`repeat`) instead of h // {H // Hkv} "
+                "(`repeat_interleave`)"]
+    return []
+
+
+def _rms_scale(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
+    eps = float(ctx.llama.rms_eps)
+    fin = bad & np.isfinite(a)
+    if not fin.any():
+        return []
+    delta = float(np.median((a * a - b * b)[fin]))
+    if delta != 0.0 and eps + delta >= 0.0 and _explains(a, b, np.sqrt(np.maximum(b * b + delta, 0.0)), bad, atol,
+                                                        rtol):
+        return [f"{RMS_EPS}: {eps + delta:.2g} instead of {eps:g} (scale^2 - golden^2 is the constant {delta:+.2g})"]
+    return []
+
+
+def _llama_q(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
+    i = _layer(ctx.tap)
+    which = ctx.tap[-1]
+    norm, gain = ctx.golden(f"blocks.{i}.ln1.hook_normalized"), ctx.weight(f"model.layers.{i}.input_layernorm.weight")
+    w = ctx.weight(f"model.layers.{i}.self_attn.{which}_proj.weight")
+    if norm is None or gain is None or w is None or norm.shape[-1] != w.shape[-1]:
+        return []
+    pred = (norm * (1.0 + gain)) @ w.T
+    bias = ctx.weight(f"model.layers.{i}.self_attn.{which}_proj.bias")
+    pred = (pred if bias is None else pred + bias).reshape(a.shape) if pred.size == a.size else None
+    if _explains(a, b, pred, bad, atol, rtol):
+        return [f"{RMS_ONE_PLUS_W}: the normalized input times (1 + w) (Gemma's convention) instead of Llama's w"]
+    return []
+
+
+def _llama_contextual(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
+                      ctx: TapContext) -> list[str]:
+    """The Llama family's known bugs at this tap, each recomputed from the golden's upstream taps and the weights."""
+    tap = ctx.tap
+    if re.search(r"attn\.hook_rot_[qk]$", tap):
+        return _rot(a, b, bad, atol, rtol, ctx)
+    if tap.endswith("attn.hook_attn_scores"):
+        return _gqa_scores(a, b, bad, atol, rtol, ctx)
+    if tap.endswith("mlp.hook_pre"):
+        up = ctx.golden(tap + "_linear")
+        if _explains(a, b, up, bad, atol, rtol):
+            return [f"{SWIGLU_SWAPPED}: the gate (hook_pre) is the golden's up projection (hook_pre_linear)"]
+        return []
+    if tap.endswith(".hook_scale"):
+        return _rms_scale(a, b, bad, atol, rtol, ctx)
+    if re.search(r"attn\.hook_[qkv]$", tap):
+        return _llama_q(a, b, bad, atol, rtol, ctx)
     return []
 
 

@@ -25,6 +25,10 @@ compute the unpatched numbers; the selftest runs each in its `precision` (fp16) 
 (`parity export --preset fp16-probe`, where the bug matters), where it must be caught at its tap, and
 in fp32 and fp64 there, where every comparison must pass. The fp16 KV cache of an fp32 model changes
 decoding only: a decoding mutant of the toy, caught by the fp32 and fp64 decoding check.
+
+"llama" marks the Llama family's porting bugs (`LLAMA`, "llama-..."): patches of
+`parity_reference/llama_model.py`, run on the Llama toy fixture (fixtures/toy-llama) in float32 and float64,
+each caught at its tap with a likely cause that names it (parity_harness/_compare/diagnose.py).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from parity_harness._core.precision import Precision
 from parity_harness._core.resources import ts_model_dir
 
 Target = Literal["typescript", "reference"]
-CaughtOn = Literal["toy", "stress", "probe"]  # the fixture that must catch the mutant
+CaughtOn = Literal["toy", "stress", "probe", "llama"]  # the fixture that must catch the mutant
 
 TARGET_DIRS: dict[Target, Path] = {"typescript": ts_model_dir(), "reference": Path(parity_reference.__file__).parent}
 
@@ -201,6 +205,10 @@ def _ts(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: 
 def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str, fp64_only: bool = False,
         step: int | None = None, caught_on: CaughtOn = "toy", precision: Precision | None = None) -> Mutant:
     return Mutant(name, "reference", "model.py", patches, description, tap, fp64_only, step, caught_on, precision)
+
+
+def _llama(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str) -> Mutant:
+    return Mutant(name, "reference", "llama_model.py", patches, description, tap, False, None, "llama")
 
 
 _TS_MASK = "scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;"
@@ -365,6 +373,33 @@ REDUCED: tuple[Mutant, ...] = (
         "blocks.0.attn.cache_k", step=0),
 )
 
+# -- the Llama family: patches of parity_reference/llama_model.py, caught on fixtures/toy-llama ---------------------
+_LLAMA_SCALE = "scale = torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)"
+_LLAMA_PRE = 'pre = x @ params[prefix + "gate_proj.weight"].T'
+_LLAMA_PRE_LINEAR = 'pre_linear = x @ params[prefix + "up_proj.weight"].T'
+LLAMA: tuple[Mutant, ...] = (
+    _llama("llama-rope-pairing", (('if pairing == "half":', 'if pairing != "half":'),),
+           "RoPE pairs the other columns: interleaved (2j, 2j+1) for half (j, j + d_head/2), or the reverse",
+           "blocks.0.attn.hook_rot_q"),
+    _llama("llama-rope-base", (("torch.tensor(base, dtype=torch.float64)",
+                                "torch.tensor(500000.0 if base == 10000.0 else 10000.0, dtype=torch.float64)"),),
+           "the RoPE base of the other Llama generation (Llama 2's 1e4 for Llama 3's 5e5, or the reverse)",
+           "blocks.0.attn.hook_rot_q"),
+    _llama("llama-gqa-repeat", (("return kv.repeat_interleave(n_rep, dim=-3)", "return kv.repeat(n_rep, 1, 1)"),),
+           "grouped-query kv heads expanded with `repeat` (head h reads kv h % n_kv) instead of `repeat_interleave`",
+           "blocks.0.attn.hook_attn_scores"),
+    _llama("llama-swiglu-swapped", ((_LLAMA_PRE, _LLAMA_PRE.replace("gate_proj", "up_proj")),
+                                    (_LLAMA_PRE_LINEAR, _LLAMA_PRE_LINEAR.replace("up_proj", "gate_proj"))),
+           "SwiGLU's gate and up projections swapped: silu(up(x)) * gate(x)",
+           "blocks.0.mlp.hook_pre"),
+    _llama("llama-rms-eps", ((_LLAMA_SCALE, _LLAMA_SCALE.replace("+ eps)", "+ (1e-6 if eps != 1e-6 else 1e-5))")),),
+           "RMSNorm eps from the other checkpoint (1e-6 for 1e-5, or the reverse)",
+           "blocks.0.ln1.hook_scale"),
+    _llama("llama-rms-one-plus-w", (("return normalized * weight", "return normalized * (1.0 + weight)"),),
+           "RMSNorm's gain applied as (1 + w), Gemma's convention, to Llama's w",
+           "blocks.0.attn.hook_q"),
+)
+
 CATALOG: tuple[Mutant, ...] = (
     # -- TypeScript port (float64 only: the fp64 tier and the fp64-vs-fp32 comparison) ------------
     _ts("ts-no-causal-mask", ((_TS_MASK, "scores.data[(h * T + i) * T + j] = dot / rootDh;"),),
@@ -480,7 +515,10 @@ CATALOG: tuple[Mutant, ...] = (
     *STABILITY,
     # -- reduced precision: caught in fp16 on the probe fixture (the KV cache: by the decoding check) --
     *REDUCED,
+    # -- the Llama family: caught on fixtures/toy-llama, each at its tap with its likely cause -----------
+    *LLAMA,
 )
+
 
 
 def by_name(names: list[str] | None) -> list[Mutant]:
