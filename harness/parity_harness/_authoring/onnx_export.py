@@ -38,14 +38,17 @@ from parity_harness._backends.onnx.graph import (
     ort_runner,
     run_cases,
 )
-from parity_harness._backends.onnx.weights import graph_weight_problem
+from parity_harness._backends.onnx.weights import ROPE_CONSTANTS, graph_weight_problem
 from parity_harness._compare.judge import compare_tensors
 from parity_harness._core.errors import FixtureError
 from parity_reference.config import GPTConfig, param_shapes
+from parity_reference.llama_config import LlamaConfig
 from parity_reference.taps import tap_names
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
+
+ModelConfig = GPTConfig | LlamaConfig
 
 __all__ = [
     "ONNX_OPSET",
@@ -55,6 +58,7 @@ __all__ = [
     "check_onnx_file",
     "export_decode_onnx",
     "export_onnx",
+    "export_onnx_for",
     "verify_onnx_files",
 ]
 
@@ -82,15 +86,20 @@ def _quiet() -> Iterator[io.StringIO]:
 
 
 def export_onnx(
-    weights: dict[str, np.ndarray], config: GPTConfig, path: Path, outputs: OnnxGraph, lens_rows: int | None = None
+    weights: dict[str, np.ndarray], config: ModelConfig, path: Path, outputs: OnnxGraph, lens_rows: int | None = None
 ) -> None:
-    """Write the reference model as one self-contained .onnx file.
+    """Write the reference model of `config`'s family as one self-contained .onnx file.
 
-    `weights`: float32 numpy arrays under Hugging Face GPT-2 names (Conv1D weights [in, out]).
-    `outputs`: "all_taps" (every tap, named, in dataflow order) or "logits" (only `logits`).
-    `lens_rows`: probs and the logit lens for the last positions only (parity_reference.model.forward).
-    The file is written next to `path` and renamed into place, then checked (`check_onnx_model`).
+    `weights`: float32 numpy arrays under Hugging Face names (GPT-2: Conv1D weights [in, out]; Llama:
+    `LlamaForCausalLM`'s, nn.Linear [out, in]). `outputs`: "all_taps" (every tap, named, in dataflow order)
+    or "logits" (only `logits`). `lens_rows`: probs and the logit lens for the last positions only (the
+    family's `forward`). The file is written next to `path` and renamed into place, then checked
+    (`check_onnx_model`, and its initializers against `weights`).
     """
+    if isinstance(config, LlamaConfig):
+        _export_llama(weights, config, Path(path), outputs, lens_rows)
+        return
+    gpt2: GPTConfig = config
     import torch
 
     from parity_reference.model import forward
@@ -115,7 +124,7 @@ def export_onnx(
         def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
             params = {key: getattr(self, key.replace(".", "__")) for key in self.keys}
             taps: dict[str, torch.Tensor] = {}
-            logits = forward(params, config, tokens, taps if outputs == "all_taps" else None, lens_rows)
+            logits = forward(params, gpt2, tokens, taps if outputs == "all_taps" else None, lens_rows)
             return tuple(taps[n] for n in names) if outputs == "all_taps" else (logits,)
 
     # An example longer than 1 (torch.export specializes a size-1 example), within the context.
@@ -130,6 +139,80 @@ def export_onnx(
             raise FixtureError(f"{where}: {problem}")
 
     export_program(TapsModule().eval(), (example,), Path(path), [INPUT_NAME], names, dynamic, check)
+
+
+def _export_llama(
+    weights: dict[str, np.ndarray], config: LlamaConfig, path: Path, outputs: OnnxGraph, lens_rows: int | None
+) -> None:
+    """`export_onnx` for the Llama family: `parity_reference.llama_model.forward` traced, every tap a graph output.
+
+    The RoPE tables are two constants of the graph (`ROPE_CONSTANTS`), (n_ctx, d_head/2) each, made by the
+    reference's own `rope_tables` (float64, rounded once to float32); the graph slices their first T rows,
+    which are the numbers `rope_tables(T, ...)` gives (each angle is pos * inv_freq, whatever T). Without them
+    the graph would compute float64 Cos/Sin itself, which OpenVINO computes in float32.
+    """
+    import torch
+
+    from parity_reference import llama_model
+    from parity_reference.families import load_family
+    from parity_reference.llama_config import param_shapes as llama_param_shapes
+
+    taps_all = load_family("llama").tap_names(config)
+    names = expected_outputs(taps_all, outputs)
+    expected = llama_param_shapes(config)
+    if set(weights) != set(expected):
+        missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+        raise ValueError(f"weights do not match the config (missing {missing}, extra {extra})")
+    cos_table, sin_table = llama_model.rope_tables(config.n_ctx, config.d_head, config.rope_base, torch.float32)
+
+    class LlamaTapsModule(torch.nn.Module):
+        """tokens (T,) -> the graph outputs as a tuple, computed by parity_reference.llama_model.forward."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.keys = list(expected)
+            for key in self.keys:  # buffers become ONNX initializers; '.' is not allowed in a buffer name
+                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
+                self.register_buffer(key.replace(".", "__"), tensor.clone())
+            self.register_buffer(ROPE_CONSTANTS[0], cos_table.clone())
+            self.register_buffer(ROPE_CONSTANTS[1], sin_table.clone())
+
+        def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            params = {key: getattr(self, key.replace(".", "__")) for key in self.keys}
+            taps: dict[str, torch.Tensor] = {}
+            with _rope_from(getattr(self, ROPE_CONSTANTS[0]), getattr(self, ROPE_CONSTANTS[1])):
+                logits = llama_model.forward(params, config, tokens, taps if outputs == "all_taps" else None,
+                                             lens_rows)
+            return tuple(taps[n] for n in names) if outputs == "all_taps" else (logits,)
+
+    example = torch.arange(min(config.n_ctx, 3), dtype=torch.int64) % config.vocab_size
+    dynamic: Any = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},) if config.n_ctx > 1 else None
+
+    def check(model: Any, where: Path) -> None:
+        check_onnx_model(model, where, taps_all, outputs)
+        problem = graph_weight_problem(model, weights)  # what every run checks again (_backends/onnx/weights.py)
+        if problem is not None:
+            raise FixtureError(f"{where}: {problem}")
+
+    export_program(LlamaTapsModule().eval(), (example,), path, [INPUT_NAME], names, dynamic, check)
+
+
+@contextlib.contextmanager
+def _rope_from(cos_table: Any, sin_table: Any) -> Iterator[None]:
+    """While tracing: `llama_model.rope_tables(n, ...)` returns the first n rows of the given constant tables
+    (already in the computation's dtype), so the graph reads constants instead of computing Cos and Sin."""
+    from parity_reference import llama_model
+
+    original = llama_model.rope_tables
+
+    def tables(n_pos: int, d_head: int, base: float, dtype: Any) -> tuple[Any, Any]:
+        return cos_table[:n_pos].to(dtype), sin_table[:n_pos].to(dtype)
+
+    llama_model.rope_tables = tables  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        llama_model.rope_tables = original  # type: ignore[assignment]
 
 
 def export_program(
@@ -252,3 +335,46 @@ def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: 
     dynamic: Any = (None, tuple({1: past_dim} for _ in range(2 * L)))  # token, then the *past tuple
     export_program(DecodeModule().eval(), example, Path(path), input_names(L), output_names(L), dynamic,
                    lambda model, where: check_decode_model(model, where, config))
+
+
+def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | None = None) -> list[str]:
+    """Export the fixture's own graphs into it and list them in its manifest; returns `check_onnx_against_golden`'s
+    lines.
+
+    For a fixture written without graphs (any family: GPT-2 or Llama): both graphs (`model.onnx`,
+    `model.logits.onnx`) exported from its `weights.safetensors` with its `lens_rows`, `files.onnx` and their
+    sha256 added to the manifest, the manifest re-sealed (checked in memory, then written atomically), and the
+    graphs run against the fp32 goldens (FixtureError if a tap breaches the tolerance). The fixture writer calls
+    it after writing a fixture; on a committed fixture it is one command (docs/onnx.md).
+    """
+    import json
+
+    from parity_harness._authoring.fixture_writer import ONNX_FILES
+    from parity_harness._core.safe_write import write_text_atomic
+    from parity_harness._core.strict_json import loads_strict
+    from parity_harness._fixture.fixture import (
+        MANIFEST,
+        fixture_from_manifest,
+        load_fixture,
+        read_manifest,
+        sha256_file,
+    )
+    from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
+
+    root = Path(fixture_dir)
+    say = progress or (lambda _message: None)
+    fixture = load_fixture(root)
+    weights = {k: np.asarray(v, dtype=np.float32) for k, v in fixture.weights().items()}
+    for kind, name in ONNX_FILES.items():
+        say(f"ONNX graph {name}")
+        export_onnx(dict(weights), fixture.model.config, root / name, kind, lens_rows=fixture.lens_rows())
+    manifest = read_manifest(root / MANIFEST)
+    manifest["files"]["onnx"] = dict(ONNX_FILES)
+    for name in ONNX_FILES.values():
+        manifest["sha256"][name] = sha256_file(root / name)
+    manifest.pop(SEAL_KEY, None)
+    manifest[SEAL_KEY] = manifest_digest(manifest)
+    text = json.dumps(manifest, indent=1) + "\n"
+    fixture_from_manifest(root, loads_strict(text))  # the new manifest checked before it replaces the old
+    write_text_atomic(root / MANIFEST, text, "manifest")
+    return check_onnx_against_golden(load_fixture(root))

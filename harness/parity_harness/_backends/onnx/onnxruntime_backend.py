@@ -32,6 +32,7 @@ class OnnxRuntimeBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")  # the graph is the family's reference, exported
     concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
@@ -47,10 +48,11 @@ class OnnxRuntimeBackend(Backend):
         return run_cases(fixture, path, names, fp16_outputs(ort_runner(path, model=fp16_graph(path, names))))
 
     def supports_decoding(self, fixture: Fixture) -> bool:
-        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx."""
+        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx. GPT-2 only: the
+        Llama family has no decode graph (its grouped-query cache is not exported)."""
         from parity_harness._backends.onnx.decode import decode_graph
 
-        return decode_graph(fixture) is not None
+        return fixture.family == "gpt2" and decode_graph(fixture) is not None
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None

@@ -25,6 +25,7 @@ class OnnxRuntimeOptimizedBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("onnxruntime", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[onnx]'"
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")  # the graph is the family's reference, exported
     concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def supported_taps(self, fixture: Fixture) -> list[str]:

@@ -120,6 +120,7 @@ class OpenVinoBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("openvino", "onnx")
     install_hint: ClassVar[str] = "pip install 'parity-harness[openvino]'"
     runs_graph: ClassVar[bool] = True  # the fixture's ONNX graph, its weights embedded
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")  # the graph is the family's reference, exported
     concurrent: ClassVar[bool] = True  # touches no process-wide state: may run beside another backend
 
     def import_requirements(self) -> None:
@@ -130,7 +131,7 @@ class OpenVinoBackend(Backend):
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         if precision not in self.precisions:
             raise BackendFailed(f"{self.name}: computes in float32 only, not {precision}")
-        config = fixture.config
+        config = fixture.model.config
         for case in fixture.cases:  # every case before anything runs: a bad id is never fed to OpenVINO
             check_tokens(f"case {case.name!r}", case.tokens, config.vocab_size, config.n_ctx)
         path = onnx_file(fixture, "all_taps")
@@ -145,10 +146,11 @@ class OpenVinoBackend(Backend):
         return run_cases(fixture, path, names, runner)
 
     def supports_decoding(self, fixture: Fixture) -> bool:
-        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx."""
+        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx. GPT-2 only: the
+        Llama family has no decode graph (its grouped-query cache is not exported)."""
         from parity_harness._backends.onnx.decode import decode_graph
 
-        return decode_graph(fixture) is not None
+        return fixture.family == "gpt2" and decode_graph(fixture) is not None
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None

@@ -11,7 +11,9 @@ graph file and weights file (by the sha256 the manifest holds and the fixture ch
   tied unembedding, which the exporter folds into a transposed copy) is a copy of one of the
   parameters of that shape and must equal one exactly;
 - every parameter must be in the graph, by content: the exporter keeps one initializer for
-  identical tensors (the zero biases of a freshly initialized model share one).
+  identical tensors (the zero biases of a freshly initialized model share one);
+- the parameters are the fixture's family's (`fixture.model.param_shapes()`: GPT-2's or Llama's); the Llama
+  graph's RoPE tables (`ROPE_CONSTANTS`, `rope_cos` and `rope_sin`) are constants of the graph, not parameters.
 
 "Exactly" is value for value in the graph's dtype (-0.0 equals 0.0), through a digest of each
 tensor (`content_key`, over the array's own bytes), so the check reads every initializer once; a
@@ -33,10 +35,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._core.errors import FixtureError
-from parity_reference.config import param_shapes
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
+
+# The graph's own constants that are not parameters: the Llama export's RoPE tables (n_ctx, d_head/2), which a
+# parameter's shape may equal; they are never taken for a copy of one (_authoring/onnx_export.py).
+ROPE_CONSTANTS = ("rope_cos", "rope_sin")
 
 # (graph file resolved, its sha256, the weights file's sha256) already checked in this process.
 _checked: set[tuple[str, str, str]] = set()
@@ -72,6 +77,8 @@ def _weight_problem(model: Any, keys: _ParameterKeys) -> str | None:
             if init.name in by_name:
                 return f"initializer {init.name!r} is {value.dtype}, not a copy of parameter {by_name[init.name]!r}"
             continue
+        if init.name in ROPE_CONSTANTS:
+            continue  # the Llama graph's RoPE tables, not a copy of a parameter
         key = content_key(value)
         present.add(key)
         if init.name in by_name:
@@ -229,7 +236,7 @@ def check_graph_weights(fixture: Fixture, path: Path, model: Any = None) -> None
         return
     if model is None:
         model = load_onnx(path, file_key(fixture, path))
-    shapes = param_shapes(fixture.config)  # the weights' names, order and shapes (Fixture.weights checks them)
+    shapes = fixture.model.param_shapes()  # the family's weights: names, order, shapes (Fixture.weights checks them)
     cache = (key[2], tuple(shapes.items())) if key is not None else None
     known = _parameter_keys.get(cache) if cache is not None else None
     keys = known if known is not None else _ParameterKeys(shapes)

@@ -1,0 +1,175 @@
+"""The Llama family through ONNX: the export (every tap a graph output, logits only) and the four ONNX backends.
+
+A llama fixture is written into tmp_path (the seeded tiny Llama of tests/test_llama_reference.py: d_model 16,
+2 blocks, 4 query heads sharing 2 key/value heads, untied; weights float32, goldens from
+parity_reference.llama_model in each tier), then `export_onnx_for` adds its two graphs. onnxruntime (every tap),
+onnxruntime-optimized (logits, probs), openvino and onnx-reference must each agree with the fp32 goldens within
+the fixture's tolerance (1e-5), through the backends' own `run_cases` and the harness's comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from parity_reference.families import load_family
+from parity_reference.llama_config import TOY_LLAMA, LlamaConfig
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from parity_reference import llama_model  # noqa: E402  (torch first: skipped without it)
+
+CASES = {"ten": [1, 5, 3, 7, 2, 11, 0, 4, 9, 6], "one": [3], "full": [(7 * k) % 12 for k in range(16)]}
+DTYPE = {"fp32": torch.float32, "fp64": torch.float64}
+
+
+def _backend_classes() -> dict[str, Any]:
+    from parity_harness._backends.onnx.onnx_reference_backend import OnnxReferenceBackend
+    from parity_harness._backends.onnx.onnxruntime_backend import OnnxRuntimeBackend
+    from parity_harness._backends.onnx.onnxruntime_optimized_backend import OnnxRuntimeOptimizedBackend
+    from parity_harness._backends.onnx.openvino_backend import OpenVinoBackend
+
+    return {"onnxruntime": OnnxRuntimeBackend, "onnxruntime-optimized": OnnxRuntimeOptimizedBackend,
+            "openvino": OpenVinoBackend, "onnx-reference": OnnxReferenceBackend}
+
+
+BACKENDS = _backend_classes()
+
+
+def write_llama_fixture(root: Path, config: LlamaConfig = TOY_LLAMA) -> Path:
+    """A llama fixture without graphs: weights (float32), fp32 and fp64 goldens of the reference, a sealed manifest."""
+    from parity_harness._authoring.fixture_writer import default_tolerances, save_tensors
+    from parity_harness._fixture.fixture import sha256_file
+    from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
+    from parity_reference.grammar import VOCAB
+
+    root.mkdir(parents=True, exist_ok=True)
+    params = llama_model.init_params(config, 38, torch.float64, std=0.3)
+    weights = {k: v.to(torch.float32).numpy() for k, v in params.items()}
+    save_tensors(weights, root / "weights.safetensors")
+    family = load_family("llama")
+    taps = family.tap_names(config)
+    for precision, dtype in DTYPE.items():
+        p = {k: torch.tensor(v, dtype=dtype) for k, v in weights.items()}
+        tensors = {}
+        for name, tokens in CASES.items():
+            ref = llama_model.run_with_taps(p, config, tokens)
+            tensors.update({f"{name}/{tap}": np.ascontiguousarray(ref[tap].numpy()) for tap in taps})
+        save_tensors(tensors, root / f"golden.{precision}.safetensors")
+    files = {"weights": "weights.safetensors",
+             "golden": {"fp32": "golden.fp32.safetensors", "fp64": "golden.fp64.safetensors"}}
+    names = ["weights.safetensors", "golden.fp32.safetensors", "golden.fp64.safetensors"]
+    manifest: dict[str, Any] = {
+        "format": "parity-fixture", "format_version": 1, "family": "llama", "config": config.to_dict(),
+        "vocab": list(VOCAB)[: config.vocab_size],
+        "cases": [{"name": n, "kind": "random", "tokens": t, "text": ""} for n, t in CASES.items()],
+        "taps": [{"name": t, "shape": family.shape_template(config, t)} for t in taps],
+        "tolerances": default_tolerances(), "files": files,
+        "sha256": {n: sha256_file(root / n) for n in names}, "provenance": {"command": "tests/test_llama_onnx.py"},
+    }
+    manifest[SEAL_KEY] = manifest_digest(manifest)
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A llama fixture with both graphs, exported once for the module (about 20 s on two shared cores)."""
+    from parity_harness._authoring.onnx_export import export_onnx_for
+
+    root = write_llama_fixture(tmp_path_factory.mktemp("llama") / "toy-llama")
+    lines = export_onnx_for(root)
+    assert [line.split(":")[0] for line in lines] == ["model.onnx", "model.logits.onnx"]
+    return root
+
+
+def _worst(fixture: Any, outputs: dict[str, dict[str, np.ndarray]]) -> dict[str, float]:
+    """The worst |backend - golden fp32| per tap over every case, -inf/inf required to line up."""
+    golden = fixture.golden("fp32")
+    worst: dict[str, float] = {}
+    for case in fixture.cases:
+        for tap, value in outputs[case.name].items():
+            want = np.asarray(golden[case.name][tap])
+            assert value.shape == want.shape, (case.name, tap, value.shape, want.shape)
+            inf = np.isinf(want)
+            assert np.array_equal(np.isinf(value), inf), (case.name, tap)
+            diff = float(np.max(np.abs(np.where(inf, 0.0, value) - np.where(inf, 0.0, want)), initial=0.0))
+            worst[tap] = max(worst.get(tap, 0.0), diff)
+    return worst
+
+
+@pytest.mark.full
+def test_the_llama_graph_has_every_tap_and_rope_constants(llama_dir: Path) -> None:
+    import onnx
+
+    from parity_harness._fixture.fixture import load_fixture
+
+    fixture = load_fixture(llama_dir)
+    assert fixture.family == "llama"
+    model = onnx.load_model(str(llama_dir / "model.onnx"))
+    assert [o.name for o in model.graph.output] == fixture.tap_names
+    assert "blocks.1.attn.hook_rot_k" in fixture.tap_names and "blocks.1.mlp.hook_pre_linear" in fixture.tap_names
+    assert [o.name for o in onnx.load_model(str(llama_dir / "model.logits.onnx")).graph.output] == ["logits"]
+    ops = {n.op_type for n in model.graph.node}
+    assert not ops & {"Cos", "Sin"}, ops  # the RoPE tables are constants, not computed in the graph
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    cos, sin = llama_model.rope_tables(TOY_LLAMA.n_ctx, TOY_LLAMA.d_head, TOY_LLAMA.rope_base, torch.float32)
+    assert np.array_equal(inits["rope_cos"], cos.numpy()) and np.array_equal(inits["rope_sin"], sin.numpy())
+    for entry in ("model.onnx", "model.logits.onnx"):
+        assert entry in fixture.spec.hashes
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("backend_name", ["onnxruntime", "onnxruntime-optimized", "openvino", "onnx-reference"])
+def test_the_onnx_backends_pass_the_llama_fixture_in_fp32(llama_dir: Path, backend_name: str) -> None:
+    from parity_harness._backends.registry import load_backend
+    from parity_harness._fixture.fixture import load_fixture
+
+    if backend_name == "openvino":
+        pytest.importorskip("openvino")
+    fixture = load_fixture(llama_dir)
+    guarded = load_backend(backend_name)
+    assert guarded.declined(fixture) is None  # the boundary lets a llama fixture through
+    backend = BACKENDS[backend_name]()
+    assert not backend.supports_decoding(fixture)
+    outputs = dict(backend.run_cases(fixture, "fp32"))
+    wanted = backend.supported_taps(fixture)
+    assert all(sorted(taps) == sorted(wanted) for taps in outputs.values())
+    if backend_name == "onnxruntime-optimized":
+        assert sorted(wanted) == ["logits", "probs"]
+    else:
+        assert sorted(wanted) == sorted(fixture.tap_names)
+    worst = _worst(fixture, outputs)
+    tol = fixture.tolerances["fp32"]
+    bad = {t: v for t, v in worst.items() if v > tol.for_tap(t).atol}  # atol alone: stricter than the judge
+    assert not bad, bad
+    print(backend_name, "worst", max(worst, key=worst.__getitem__), max(worst.values()))
+
+
+@pytest.mark.full
+def test_a_llama_graph_of_other_weights_is_refused(llama_dir: Path, tmp_path: Path) -> None:
+    """weights.py checks the llama graph against the llama fixture's own parameter table (not GPT-2's)."""
+    import shutil
+
+    from parity_harness._authoring.onnx_export import export_onnx
+    from parity_harness._backends.onnx.graph import onnx_file
+    from parity_harness._core.errors import FixtureError
+    from parity_harness._fixture.fixture import load_fixture
+
+    other = tmp_path / "other"
+    shutil.copytree(llama_dir, other)
+    fixture = load_fixture(other)
+    weights = {k: np.array(v, dtype=np.float32) for k, v in fixture.weights().items()}
+    weights["model.layers.1.mlp.up_proj.weight"][0, 0] += 1e-3
+    export_onnx(weights, fixture.model.config, other / "model.logits.onnx", "logits")
+    from parity_harness._authoring.fixture_writer import seal_manifest
+
+    seal_manifest(other, rehash_files=True)
+    with pytest.raises(FixtureError, match="up_proj"):
+        onnx_file(load_fixture(other), "logits")
