@@ -173,3 +173,92 @@ def test_a_llama_graph_of_other_weights_is_refused(llama_dir: Path, tmp_path: Pa
     seal_manifest(other, rehash_files=True)
     with pytest.raises(FixtureError, match="up_proj"):
         onnx_file(load_fixture(other), "logits")
+
+
+# -- fast: no export ---------------------------------------------------------------------------------------------
+
+
+def _graph_of(initializers: dict[str, np.ndarray]) -> Any:
+    """A one-node ONNX model whose initializers are `initializers` (what weights.py reads of a graph)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.asarray(v), name) for name, v in initializers.items()]
+    node = helper.make_node("Identity", ["tokens"], ["logits"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("tokens", onnx.TensorProto.INT64, ["T"])],
+                              [helper.make_tensor_value_info("logits", onnx.TensorProto.INT64, ["T"])], inits)
+    return helper.make_model(graph)
+
+
+def test_the_weights_check_takes_the_rope_tables_for_constants_not_parameters() -> None:
+    """A RoPE table may have a parameter's shape ((n_ctx, d_head/2) in general; here made the RMSNorm gains' on
+    purpose): under its own name it is a constant of the graph; under any other name it must be a parameter."""
+    from parity_harness._backends.onnx.weights import ROPE_CONSTANTS, graph_weight_problem, parameter_name
+    from parity_reference.llama_config import param_shapes
+
+    config = LlamaConfig(vocab_size=12, d_model=4, n_head=2, n_kv_heads=1, d_mlp=8, n_ctx=16, n_layer=1)
+    rng = np.random.default_rng(0)
+    weights = {k: rng.standard_normal(s).astype(np.float32) for k, s in param_shapes(config).items()}
+    table = rng.standard_normal((config.d_model,)).astype(np.float32)  # the shape of every RMSNorm gain
+    graph = {parameter_name(k): v for k, v in weights.items()}
+    assert graph_weight_problem(_graph_of(graph), weights) is None
+    for name in ROPE_CONSTANTS:
+        assert graph_weight_problem(_graph_of({**graph, name: table}), weights) is None
+    problem = graph_weight_problem(_graph_of({**graph, "some_constant": table}), weights)
+    assert problem is not None and "some_constant" in problem  # any other such tensor is still checked
+    changed = dict(graph)
+    changed[parameter_name("model.layers.0.mlp.down_proj.weight")] = weights["model.layers.0.mlp.down_proj.weight"] * 2
+    problem = graph_weight_problem(_graph_of(changed), weights)
+    assert problem is not None and "down_proj" in problem
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_the_onnx_backends_implement_llama_without_decoding(name: str) -> None:
+    from types import SimpleNamespace
+
+    backend = BACKENDS[name]()
+    assert backend.families == ("gpt2", "llama")
+    llama = SimpleNamespace(family="llama", files={"decoding": {"onnx": "model.decode.onnx"}}, root=Path("."))
+    assert backend.supports_decoding(llama) is False  # even with a decode graph listed: no llama decode graph
+
+
+def test_a_llama_fixture_reaches_the_weights_check_with_its_own_parameters(tmp_path: Path) -> None:
+    """weights.py asks the fixture's family for the parameter table (a llama fixture has no GPT-2 config)."""
+    from parity_harness._backends.onnx.weights import check_graph_weights
+    from parity_harness._core.errors import FixtureError
+    from parity_reference.llama_config import param_shapes
+
+    weights = {k: np.full(s, 0.5, np.float32) for k, s in param_shapes(TOY_LLAMA).items()}
+    fixture = _StubFixture(weights, tmp_path)
+    with pytest.raises(FixtureError, match=r"parameter 'model\.embed_tokens\.weight' is not in the graph"):
+        check_graph_weights(fixture, tmp_path / "g.onnx", _graph_of({"x": np.ones(3, np.float32)}))  # type: ignore[arg-type]
+
+
+class _StubFixture:
+    """What check_graph_weights reads of a fixture."""
+
+    def __init__(self, weights: dict[str, np.ndarray], root: Path) -> None:
+        from parity_harness._fixture.model_spec import model_spec
+
+        self.model = model_spec("llama", TOY_LLAMA)
+        self._weights, self.root, self.weights_path = weights, root, root / "weights.safetensors"
+        self.spec = type("Spec", (), {"hashes": {}})()
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self._weights
+
+    def release_weights(self) -> None:
+        pass
+
+
+@pytest.mark.full
+def test_the_gpt2_logits_graph_is_still_the_committed_bytes(tmp_path: Path) -> None:
+    """The GPT-2 path of export_onnx is untouched by the Llama one: the toy's logits graph comes out as committed."""
+    from parity_harness._authoring.onnx_export import export_onnx
+    from parity_harness._fixture.fixture import load_fixture
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
+    fixture = load_fixture(root)
+    weights = {k: np.asarray(v, dtype=np.float32) for k, v in fixture.weights().items()}
+    export_onnx(weights, fixture.config, tmp_path / "model.logits.onnx", "logits", lens_rows=fixture.lens_rows())
+    assert (tmp_path / "model.logits.onnx").read_bytes() == (root / "model.logits.onnx").read_bytes()
