@@ -223,13 +223,16 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def fixtures(session: nox.Session) -> None:
-    """Retrain the toy and rewrite fixtures/toy (`parity export`), then derive fixtures/toy-stress from it.
+    """Retrain the toy and rewrite fixtures/toy (`parity export`), then derive fixtures/toy-stress from it, and
+    rewrite fixtures/toy-llama (`parity export --preset toy-llama`, seeded weights).
 
-    Args go to `parity export` (the toy's); with `--check`, both fixtures are checked instead.
+    Args go to `parity export` (the toy's); with `--check`, the three fixtures are checked instead.
     """
     session.install("-e", ".[all]")
     session.run("parity", "export", *session.posargs)
-    session.run("parity", "export", "--preset", "toy-stress", *(["--check"] if "--check" in session.posargs else []))
+    check = ["--check"] if "--check" in session.posargs else []
+    session.run("parity", "export", "--preset", "toy-stress", *check)
+    session.run("parity", "export", "--preset", "toy-llama", *check)
 
 
 @nox.session(default=False)

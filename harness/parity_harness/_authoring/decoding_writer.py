@@ -1,7 +1,9 @@
 """Making the decoding goldens (`parity export`): prompts, greedy tokens, goldens and the decoder graph.
 
 The goldens come from the full forward pass of the reference (parity_reference/run.py) over each prompt
-plus its greedy tokens, so incremental decoding is checked against it (docs/decoding.md). Reading
+plus its greedy tokens, so incremental decoding is checked against it (docs/decoding.md). A Llama fixture's
+come from parity_reference/llama_model.py's forward: its cache keys are `hook_rot_k` (after RoPE, as
+`llama_model.prefill` caches them) and keys and values keep the n_kv_heads heads ([n_kv_heads, T, d_head]). Reading
 and checking them is parity_harness/_fixture/decoding.py's job.
 """
 
@@ -31,17 +33,30 @@ from parity_harness._fixture.decoding import (
 
 if TYPE_CHECKING:
     from parity_reference.config import GPTConfig
+    from parity_reference.llama_config import LlamaConfig
+    from parity_reference.run import RunWithTaps
+
+
+def family_forward(family: str) -> tuple[RunWithTaps | None, str]:
+    """The family's reference forward (None: parity_reference.model's) and the tap its cache keys are read from."""
+    if family == "llama":
+        from parity_reference import llama_model
+
+        return llama_model.run_with_taps, "hook_rot_k"
+    return None, "hook_k"
 
 
 def golden_from_forward(
-    taps: Mapping[str, np.ndarray], n_layer: int, n_prompt: int, steps: int
+    taps: Mapping[str, np.ndarray], n_layer: int, n_prompt: int, steps: int, key_tap: str = "hook_k"
 ) -> dict[str, np.ndarray]:
-    """Decoding goldens of one prompt from the full forward's taps over prompt + the N fed tokens."""
+    """Decoding goldens of one prompt from the full forward's taps over prompt + the N fed tokens.
+
+    `key_tap`: the tap the cached keys are (`hook_rot_k` for Llama: keys are cached after RoPE)."""
     out: dict[str, np.ndarray] = {}
     for k in range(steps + 1):
         n_pos = n_prompt + k  # positions in the cache after step k
         for i in range(n_layer):
-            for tap, src in (("cache_k", "hook_k"), ("cache_v", "hook_v")):
+            for tap, src in (("cache_k", key_tap), ("cache_v", "hook_v")):
                 full = np.asarray(taps[f"blocks.{i}.attn.{src}"])  # (T_all, H, dh)
                 out[step_key(k, f"blocks.{i}.attn.{tap}")] = np.ascontiguousarray(full[:n_pos].transpose(1, 0, 2))
         out[step_key(k, "logits")] = np.ascontiguousarray(np.asarray(taps["logits"])[n_pos - 1])  # (V,)
@@ -49,7 +64,8 @@ def golden_from_forward(
 
 
 def greedy_prompts(
-    weights: Mapping[str, np.ndarray], config: GPTConfig, named: Sequence[tuple[str, Sequence[int], str]], steps: int
+    weights: Mapping[str, np.ndarray], config: GPTConfig | LlamaConfig, named: Sequence[tuple[str, Sequence[int], str]],
+    steps: int, run_with_taps: RunWithTaps | None = None,
 ) -> list[Prompt]:
     """Each prompt's greedy tokens by the float64 full forward, re-run on every prefix (the truth).
 
@@ -64,10 +80,12 @@ def greedy_prompts(
         seq = list(tokens)
         generated: list[int] = []
         for _ in range(steps + 1):
-            taps = reference_taps(weights, config, [Case(name, tuple(seq))], "fp64")[name]
+            taps = reference_taps(weights, config, [Case(name, tuple(seq))], "fp64",  # type: ignore[arg-type]
+                                  run_with_taps)[name]
             generated.append(int(np.argmax(taps["logits"][-1])))
             seq.append(generated[-1])
-        fp32 = reference_taps(weights, config, [Case(name, tuple(seq[:-1]))], "fp32")[name]["logits"]
+        fp32 = reference_taps(weights, config, [Case(name, tuple(seq[:-1]))], "fp32",  # type: ignore[arg-type]
+                              run_with_taps)[name]["logits"]
         for k in range(steps + 1):
             row = fp32[len(tokens) - 1 + k]
             if int(np.argmax(row)) != generated[k]:
@@ -78,13 +96,14 @@ def greedy_prompts(
 
 
 def write_decoding_files(
-    root: Path, weights: Mapping[str, np.ndarray], config: GPTConfig, vocab: Sequence[str],
+    root: Path, weights: Mapping[str, np.ndarray], config: GPTConfig | LlamaConfig, vocab: Sequence[str],
     prompts: Sequence[tuple[str, str]] = DEFAULT_PROMPTS, steps: int = DEFAULT_STEPS, onnx: bool = True,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, family: str = "gpt2",
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Write the decoding goldens (and the decoder-with-past ONNX graph) into `root`.
 
     Returns the manifest's `decoding` section and `files.decoding`. Needs torch (the reference).
+    `family`: whose reference computes them (`family_forward`); no decoder graph for a Llama fixture yet.
     """
     from parity_harness._authoring.fixture_writer import save_tensors
     from parity_harness._fixture.fixture import Case
@@ -98,21 +117,26 @@ def write_decoding_files(
             raise ParityError(f"prompt {name!r}: {len(tokens)} tokens + {steps} steps exceed the context "
                               f"({config.n_ctx})")
     say(f"greedy tokens of {len(named)} decoding prompts, {steps} steps")
-    found = greedy_prompts(weights, config, named, steps)
+    run_with_taps, key_tap = family_forward(family)
+    found = greedy_prompts(weights, config, named, steps, run_with_taps)
     files: dict[str, str] = {}
     for precision in TIERS:
         say(f"decoding goldens {precision}")
         tensors: dict[str, np.ndarray] = {}
         for p in found:
             seq = (*p.tokens, *p.generated[:steps])
-            taps = reference_taps(weights, config, [Case(p.name, seq)], precision)[p.name]
-            for key, value in golden_from_forward(taps, config.n_layer, len(p.tokens), steps).items():
+            taps = reference_taps(weights, config, [Case(p.name, seq)], precision,  # type: ignore[arg-type]
+                                  run_with_taps)[p.name]
+            for key, value in golden_from_forward(taps, config.n_layer, len(p.tokens), steps, key_tap).items():
                 tensors[f"{p.name}/{key}"] = np.ascontiguousarray(value, dtype=DTYPES[precision])
         save_tensors(tensors, root / GOLDEN_FILES[precision])
         files[precision] = GOLDEN_FILES[precision]
     if onnx:
         from parity_harness._authoring.onnx_export import export_decode_onnx
+        from parity_reference.config import GPTConfig
 
+        if not isinstance(config, GPTConfig):
+            raise FixtureError(f"no decoder-with-past ONNX export for the {family} family yet")
         say(f"ONNX graph {ONNX_FILE}")
         export_decode_onnx(dict(weights), config, root / ONNX_FILE)
         files["onnx"] = ONNX_FILE

@@ -34,10 +34,11 @@ from parity_harness._fixture.fixture import (
     read_manifest,
     sha256_file,
 )
+from parity_harness._fixture.model_spec import DEFAULT_FAMILY, model_spec
 from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
 from parity_harness._fixture.tolerances import FP32_ATOL, FP32_RTOL, FP64_ATOL
 from parity_reference.config import GPTConfig
-from parity_reference.taps import tap_names, tap_shape_template
+from parity_reference.llama_config import LlamaConfig
 
 WEIGHTS_FILE = "weights.safetensors"
 ONNX_FILES: dict[OnnxGraph, str] = {"all_taps": "model.onnx", "logits": "model.logits.onnx"}  # kind -> file name
@@ -57,7 +58,7 @@ def default_tolerances() -> dict[str, Any]:
 def write_fixture_files(
     root: Path,
     *,
-    config: GPTConfig,
+    config: GPTConfig | LlamaConfig,
     vocab: Sequence[str],
     cases: Sequence[Case],
     weights: Mapping[str, np.ndarray],
@@ -68,6 +69,7 @@ def write_fixture_files(
     progress: Callable[[str], None] | None = None,
     tap_rows: Mapping[str, int] | None = None,
     lens_rows: int | None = None,
+    family: str = DEFAULT_FAMILY,
 ) -> None:
     """Write a complete fixture directory into `root` (created if needed).
 
@@ -78,13 +80,15 @@ def write_fixture_files(
     in. `tolerances` default to `default_tolerances()`. `progress` hears what is being computed.
     `tap_rows`: taps whose golden keeps only the last positions (the manifest's `rows`); their golden
     arrays must already be cut so. `lens_rows`: passed to the ONNX export (probs and the lens on the
-    last positions only).
+    last positions only). `family`: the model family (its table gives the taps and their shapes); a manifest
+    names it (top-level "family") unless it is "gpt2", so GPT-2 manifests are as before.
     """
     say = progress or (lambda _message: None)
     root.mkdir(parents=True, exist_ok=True)
     save_tensors({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}, root / WEIGHTS_FILE)
     files: dict[str, Any] = {"weights": WEIGHTS_FILE, "golden": {}}
-    taps = tap_names(config.n_layer)
+    spec = model_spec(family, config)
+    taps = spec.tap_names()
     for precision in TIERS:
         say(f"golden {precision} taps for {len(cases)} cases")
         tier = golden(precision) if callable(golden) else golden[precision]
@@ -102,6 +106,8 @@ def write_fixture_files(
         files["onnx"] = dict(ONNX_FILES)
         for kind, name in ONNX_FILES.items():
             say(f"ONNX graph {name}")
+            if not isinstance(config, GPTConfig):
+                raise FixtureError(f"no ONNX export for the {family} family yet")
             export_onnx(dict(weights), config, root / name, kind, lens_rows=lens_rows)
     elif onnx:
         files["onnx"] = {}
@@ -109,13 +115,14 @@ def write_fixture_files(
             copy_file(src, root / src.name)
             files["onnx"][kind] = src.name
     names = [files["weights"], *files["golden"].values(), *files.get("onnx", {}).values()]
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
+        **({"family": family} if family != DEFAULT_FAMILY else {}),
         "config": config.to_dict(),
         "vocab": list(vocab),
         "cases": [{"name": c.name, "kind": c.kind, "tokens": list(c.tokens), "text": c.text} for c in cases],
-        "taps": [{"name": t, "shape": tap_shape_template(config, t),
+        "taps": [{"name": t, "shape": spec.shape_template(t),
                   **({"rows": int(tap_rows[t])} if tap_rows and t in tap_rows else {})} for t in taps],
         "tolerances": dict(tolerances) if tolerances is not None else default_tolerances(),
         "files": files,

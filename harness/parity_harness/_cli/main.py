@@ -313,6 +313,14 @@ def cmd_export(args: argparse.Namespace) -> int:
             return for_verdict(check_stress_fixture(dest, toy, progress=_progress))
         write_stress_fixture(dest, toy, progress=_progress)
         return AGREE
+    if args.preset == "toy-llama" and not args.from_hf:
+        from parity_harness._authoring.presets import check_toy_llama, export_toy_llama
+
+        dest = Path(args.fixture) if args.fixture else default_fixture_dir().parent / "toy-llama"
+        if args.check:
+            return for_verdict(check_toy_llama(dest, progress=_progress))
+        export_toy_llama(dest, seed=args.seed, progress=_progress)
+        return AGREE
     if args.preset != "toy" or args.from_hf:
         return _export_scaled(args)
     fixture = Path(args.fixture) if args.fixture else default_fixture_dir()
@@ -365,7 +373,7 @@ def _export_scaled(args: argparse.Namespace) -> int:
         from parity_harness._authoring.presets import PRESETS, export_preset
 
         if preset not in PRESETS:
-            raise ParityError(f"unknown preset {preset!r} (known: toy, toy-stress, {', '.join(PRESETS)})")
+            raise ParityError(f"unknown preset {preset!r} (known: toy, toy-stress, toy-llama, {', '.join(PRESETS)})")
         export_preset(target, preset, seed=args.seed, long=args.long, progress=_progress)
     else:
         from parity_harness._authoring.hf_import import export_from_hf
