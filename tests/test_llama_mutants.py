@@ -19,6 +19,7 @@ from parity_harness._tools.selftest import copy_target, load_module  # noqa: E40
 from parity_reference import llama_model  # noqa: E402
 from parity_reference.llama_config import TOY_LLAMA, LlamaConfig  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 TOKENS = [1, 5, 3, 7, 2, 9, 0, 4, 11, 6]
 TOLERANCE = {"fp32": 1e-5, "fp64": 1e-12}  # atol = rtol, the tiers' default scale
 DTYPE = {"fp32": torch.float32, "fp64": torch.float64}
@@ -93,3 +94,77 @@ def test_an_honest_run_gets_no_cause(tier: str) -> None:
         wrong = dict(golden)
         wrong[tap] = np.where(np.isfinite(golden[tap]), golden[tap] * 1.01 + 1e-3, golden[tap])  # no known bug
         assert causes_at(tap, golden, wrong, TOY_LLAMA, tier) == [], tap
+
+
+# -- the selftest on a Llama fixture (built here until fixtures/toy-llama lands) --------------------------------
+
+
+def write_llama_fixture(root: Path, config: LlamaConfig = TOY_LLAMA) -> Path:
+    """A sealed llama fixture: seeded weights, three cases, both tiers' goldens from parity_reference.llama_model."""
+    import json
+
+    from parity_harness._authoring.fixture_writer import default_tolerances, save_tensors
+    from parity_harness._fixture.fixture import FORMAT_NAME, FORMAT_VERSION, MANIFEST, sha256_file
+    from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
+    from parity_reference.families import load_family
+
+    root.mkdir(parents=True)
+    params = llama_model.init_params(config, 3, torch.float32)
+    save_tensors({k: v.numpy() for k, v in params.items()}, root / "weights.safetensors")
+    cases = [("a", TOKENS), ("b", [3, 3, 1, 0, 8]), ("c", list(range(config.vocab_size)))]
+    table = load_family("llama")
+    names = table.tap_names(config)
+    files: dict[str, Any] = {"weights": "weights.safetensors", "golden": {}}
+    for tier in ("fp32", "fp64"):
+        p = {k: v.to(DTYPE[tier]) for k, v in params.items()}
+        tensors = {f"{case}/{tap}": np.ascontiguousarray(t.numpy())
+                   for case, tokens in cases for tap, t in llama_model.run_with_taps(p, config, tokens).items()
+                   if tap in names}
+        save_tensors(tensors, root / f"golden.{tier}.safetensors")
+        files["golden"][tier] = f"golden.{tier}.safetensors"
+    manifest: dict[str, Any] = {
+        "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "family": "llama", "config": config.to_dict(),
+        "vocab": [f"t{i}" for i in range(config.vocab_size)],
+        "cases": [{"name": c, "kind": "random", "tokens": t, "text": ""} for c, t in cases],
+        "taps": [{"name": t, "shape": table.shape_template(config, t)} for t in names],
+        "tolerances": default_tolerances(), "files": files,
+        "sha256": {n: sha256_file(root / n) for n in ["weights.safetensors", *files["golden"].values()]},
+        "provenance": {"command": "tests/test_llama_mutants.py", "seed": 3},
+    }
+    manifest[SEAL_KEY] = manifest_digest(manifest)
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return root
+
+
+def test_selftest_catches_each_llama_mutant_at_its_tap_with_its_likely_cause(tmp_path: Path) -> None:
+    from parity_harness._fixture.fixture import load_fixture
+    from parity_harness._tools.selftest import format_table, run_selftest
+
+    llama = load_fixture(write_llama_fixture(tmp_path / "toy-llama"))
+    result = run_selftest(load_fixture(REPO / "fixtures" / "toy"), list(LLAMA), llama=llama)
+    doc = result.to_json()
+    assert doc["llama_controls"] == {"reference": ""}, doc["llama_controls"]
+    mutants = doc["mutants"]
+    assert isinstance(mutants, list)
+    rows = {str(r["name"]): r for r in mutants}
+    assert list(rows) == list(CAUSE)
+    for name, row in rows.items():
+        assert row["caught"] and not row["error"] and row["localized"], row
+        assert str(row["likely_cause"]).startswith(CAUSE[name]), row
+    # the subset has no fp64-only mutant (a catalog-wide count): every other requirement holds
+    assert [f for f in result.failures() if "fp64 tier alone" not in f] == []
+    assert any(line.startswith("Llama mutants: caught on toy-llama") for line in format_table(result))
+
+
+def test_selftest_without_a_llama_fixture_is_one_line(tmp_path: Path) -> None:
+    import shutil
+
+    from parity_harness._core.errors import ParityError
+    from parity_harness._fixture.fixture import load_fixture
+    from parity_harness._tools.selftest import run_selftest
+
+    toy = tmp_path / "toy"
+    shutil.copytree(REPO / "fixtures" / "toy", toy)
+    with pytest.raises(ParityError) as info:
+        run_selftest(load_fixture(toy), list(LLAMA[:1]))
+    assert "toy-llama" in str(info.value) and "\n" not in str(info.value)

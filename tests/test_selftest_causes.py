@@ -58,6 +58,12 @@ CLASS: dict[str, str] = {
     "py-rp-ln-var-fp16-sum": "overflow",
     "py-rp-gelu-bf16": "bfloat16 grid",
     "py-rp-kv-cache-fp16": "float16 grid",
+    "llama-rope-pairing": "RoPE pairing swapped",
+    "llama-rope-base": "RoPE base",
+    "llama-gqa-repeat": "grouped-query heads repeated",
+    "llama-swiglu-swapped": "SwiGLU gate and up swapped",
+    "llama-rms-eps": "RMSNorm eps",
+    "llama-rms-one-plus-w": "RMSNorm weight applied as (1 + w)",
 }
 # The two named bugs and a decoding one, in the fast set (the TypeScript port's runs take 0.3 s each);
 # the whole catalog runs in the full set.

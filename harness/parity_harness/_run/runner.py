@@ -305,10 +305,9 @@ class CaseJudge:
         causes = diagnose(fx.select_rows(tap, case, actual), golden[tap], tier, atol=failing.atol, rtol=failing.rtol,
                           truth=truth, golden32=golden32, previous=previous,
                           position_axis=fx.model.rows_axis(tap),
-                          context=None if fx.family != "gpt2" else  # the known bugs' patterns are GPT-2's
-                          TapContext(tap, fx.config, golden, {t: fx.select_rows(t, case, a)
-                                                             for t, a in taps.items() if a is not None},
-                                     fx.weights(), self.precision))
+                          context=TapContext(tap, fx.model.config, golden, {t: fx.select_rows(t, case, a)
+                                                                            for t, a in taps.items() if a is not None},
+                                             fx.weights(), self.precision))
         if causes:
             self.causes[(tier, case.name, tap)] = "; ".join(causes)
 

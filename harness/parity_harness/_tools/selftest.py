@@ -24,6 +24,11 @@ The reduced-precision mutants (`caught_on == "probe"`) run on the probe fixture 
 where they must be caught at their expected tap, and in fp32 and fp64, where every comparison must pass
 (their bug lives in a half fast path). The probe's control runs the unpatched reference in fp16, bf16,
 fp32 and fp64: honest reduced precision must pass there.
+
+The Llama family's mutants (`caught_on == "llama"`) patch parity_reference/llama_model.py and run on the Llama
+toy fixture (`llama`, default: the toy's sibling directory toy-llama, i.e. fixtures/toy-llama) in float32 and
+float64: each must be caught at its expected tap with a likely cause (diagnose's Llama patterns). A control runs
+the unpatched llama_model.py there.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from parity_reference.run import reference_taps
 
 MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
 MIN_FP64_ONLY = 3  # mutants only the fp64 tier can see
+LLAMA_FIXTURE = "toy-llama"  # the Llama mutants' fixture: the toy's sibling directory
 
 # Tier labels: "computed precision / golden file".
 TIER_FP32 = tier_key("fp32", "fp32")
@@ -69,27 +75,35 @@ TIER_FP64_VS_FP32 = tier_key("fp64", "fp32")
 
 
 class ReferenceModuleBackend(Backend):
-    """A (possibly patched) copy of parity_reference/model.py, computed like the pytorch backend."""
+    """A (possibly patched) copy of parity_reference/model.py (or llama_model.py for a Llama fixture), computed like
+    the pytorch backend; a Llama module runs the forward pass only (no decoding)."""
 
     name: ClassVar[str] = "reference-mutant"
     description: ClassVar[str] = "a patched copy of parity_reference/model.py (parity selftest)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
     requires: ClassVar[tuple[str, ...]] = ("torch",)
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")  # model.py, or llama_model.py (`run_target`)
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
 
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
-        return reference_taps(fixture.weights(), fixture.config, fixture.cases, precision,
+        config = fixture.model.config  # the family's config: the module is the family's (`module_file`)
+        return reference_taps(fixture.weights(), config, fixture.cases, precision,  # type: ignore[arg-type]
                               self.module.run_with_taps)
 
     def supports_decoding(self, fixture: Fixture) -> bool:
-        return True
+        return fixture.family == "gpt2"  # reference_decode reads a GPT-2 config
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
     ) -> DecodeOutput:
         return reference_decode(fixture, precision, requests, self.module.decode)
+
+
+def module_file(fixture: Fixture) -> str:
+    """The reference file a fixture's family computes with: llama_model.py for a Llama fixture, else model.py."""
+    return "llama_model.py" if fixture.family == "llama" else "model.py"
 
 
 def copy_target(target: Target, dest: Path, mutant: Mutant | None) -> Path:
@@ -139,7 +153,7 @@ def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir:
     if target == "typescript":
         with _env("PARITY_TS_DIR", str(root)):
             return run_parity(fixture, [load_backend("typescript")], ["fp64"], progress=None)
-    module = load_module(root / "model.py", f"_parity_selftest_{label.replace('-', '_')}")
+    module = load_module(root / module_file(fixture), f"_parity_selftest_{label.replace('-', '_')}")
     return run_parity(fixture, [GuardedBackend.wrap(ReferenceModuleBackend(module))], precisions or ["fp32", "fp64"],
                       progress=None)
 
@@ -163,7 +177,7 @@ class Outcome:
     seconds: float = 0.0
     expected_step: int | None = None  # a decoding mutant: the decoding step where it must first show
     first_step: int | None = None  # the first failing decoding step, when the forward pass agreed
-    caught_on: str = "toy"  # the fixture judged above: "toy", or "stress" for a stability mutant
+    caught_on: str = "toy"  # the fixture judged above: "toy", "stress" (stability), "probe", "llama" (toy-llama)
     toy_tiers: list[str] = field(default_factory=list)  # stability mutants: comparisons that failed on the toy
     toy_error: str = ""  # stability mutants: the toy run stopped with an error
     precision: str | None = None  # reduced-precision mutants: the precision they are caught in (fp16)
@@ -252,10 +266,16 @@ class SelftestResult:
     stress_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the stress fixture
     probe_fixture: str | None = None  # where the reduced-precision mutants are caught (None: none was run)
     probe_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the probe
+    llama_fixture: str | None = None  # where the Llama mutants are caught (None: none was run)
+    llama_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the Llama fixture
 
     @property
     def stability(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.caught_on == "stress"]
+
+    @property
+    def llama(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.caught_on == "llama"]
 
     @property
     def reduced(self) -> list[Outcome]:
@@ -286,7 +306,7 @@ class SelftestResult:
     @property
     def control_passed(self) -> bool:
         return all(not why for why in (*self.controls.values(), *self.stress_controls.values(),
-                                       *self.probe_controls.values()))
+                                       *self.probe_controls.values(), *self.llama_controls.values()))
 
     def failures(self) -> list[str]:
         """Why the selftest fails, one line each (empty when it passes)."""
@@ -296,6 +316,8 @@ class SelftestResult:
                 for t, m in self.stress_controls.items() if m]
         why += [f"control run of the unpatched {t} failed on the probe fixture (fp16, bf16, fp32, fp64): {m}"
                 for t, m in self.probe_controls.items() if m]
+        why += [f"control run of the unpatched {t} failed on the Llama fixture: {m}"
+                for t, m in self.llama_controls.items() if m]
         if n == 0:
             why.append("no mutants were run")
         if self.n_caught < n:
@@ -317,6 +339,10 @@ class SelftestResult:
         if astray:
             why.append(f"{len(astray)} reduced-precision mutant(s) not caught at their expected tap: "
                        f"{', '.join(astray)}")
+        unnamed = [o.name for o in self.llama if o.caught and not (o.localized and o.likely_cause)]
+        if unnamed:
+            why.append(f"{len(unnamed)} Llama mutant(s) not caught at their expected tap with a likely cause: "
+                       f"{', '.join(unnamed)}")
         return why
 
     @property
@@ -338,6 +364,8 @@ class SelftestResult:
             "stress_controls": self.stress_controls,
             "probe_fixture": self.probe_fixture,
             "probe_controls": self.probe_controls,
+            "llama_fixture": self.llama_fixture,
+            "llama_controls": self.llama_controls,
             "mutants": [{**asdict(o), "localized": o.localized, "fp64_only": o.fp64_only,
                          "invisible_on_toy": o.invisible_on_toy, "invisible_in_fp32": o.invisible_in_fp32,
                          "cause": o.cause} for o in self.outcomes],
@@ -395,7 +423,7 @@ def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "",
 
 def run_selftest(
     fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None,
-    stress: Fixture | None = None, probe: Fixture | None = None,
+    stress: Fixture | None = None, probe: Fixture | None = None, llama: Fixture | None = None,
 ) -> SelftestResult:
     """The control runs (unpatched copies of each target used), then every mutant.
 
@@ -404,6 +432,8 @@ def run_selftest(
     ParityError (exit 2) if any is selected without a stress fixture. The reduced-precision mutants
     (caught_on "probe") run on `probe` (None: `parity export --preset fp16-probe` in the temporary
     directory) in their precision, where they must be caught, and in fp32 and fp64, where they must pass.
+    The Llama mutants (caught_on "llama") run on `llama` (None: the toy's sibling toy-llama; ParityError, exit 2,
+    if it is not there), where each must be caught at its tap with a likely cause.
     """
     say = progress or (lambda _msg: None)
     for mutant in mutants:  # a rotten anchor fails fast (exit 2), before any run
@@ -412,6 +442,9 @@ def run_selftest(
     if stability and stress is None:
         raise ParityError(f"the stability mutants ({', '.join(m.name for m in stability)}) need the stress fixture: "
                           "pass --stress-fixture DIR (made by `parity export --preset toy-stress`)")
+    llama_mutants = [m for m in mutants if m.caught_on == "llama"]
+    if llama_mutants and llama is None:
+        llama = _llama_fixture(fixture, llama_mutants)
     result = SelftestResult(str(fixture.root))
     with tempfile.TemporaryDirectory(prefix="parity-selftest-") as tmp:
         work = Path(tmp)
@@ -432,8 +465,15 @@ def run_selftest(
             result.probe_fixture = str(probe.root) if probe.root.parent != work else "fp16-probe (seed 0, made here)"
             result.probe_controls = _controls(probe, list(dict.fromkeys(m.target for m in reduced)), work, "-probe",
                                               say, ["fp16", "bf16", "fp32", "fp64"])
+        if llama_mutants and llama is not None:
+            result.llama_fixture = str(llama.root)
+            result.llama_controls = _controls(llama, list(dict.fromkeys(m.target for m in llama_mutants)), work,
+                                              "-llama", say)
         for mutant in mutants:
             say(f"parity selftest: {mutant.name}")
+            if mutant.caught_on == "llama" and llama is not None:
+                result.outcomes.append(_judge(llama, mutant, work, "-llama"))
+                continue
             if mutant.caught_on == "probe" and probe is not None:
                 outcome = _judge(probe, mutant, work, "-probe", [mutant.precision or "fp16"])
                 in_fp32 = _judge(probe, mutant, work, "-probe-fp32", ["fp32", "fp64"])
@@ -452,6 +492,20 @@ def run_selftest(
     return result
 
 
+def _llama_fixture(toy: Fixture, mutants: list[Mutant]) -> Fixture:
+    """The Llama toy fixture beside the toy (fixtures/toy-llama); ParityError (exit 2) in one line when absent."""
+    from parity_harness._fixture.fixture import load_fixture
+
+    root = toy.root.parent / LLAMA_FIXTURE
+    if not (root / "manifest.json").is_file():
+        raise ParityError(f"the Llama mutants ({', '.join(m.name for m in mutants)}) need the Llama toy fixture "
+                          f"{LLAMA_FIXTURE} beside {toy.root.name}, not found: select others with --only")
+    fixture = load_fixture(root)
+    if fixture.family != "llama":
+        raise ParityError(f"{LLAMA_FIXTURE} beside {toy.root.name} is a {fixture.family} fixture, not a Llama one")
+    return fixture
+
+
 def _tiers_cell(o: Outcome) -> str:
     tiers = ",".join(o.tiers) if o.tiers else ("error" if o.error else "-")
     return tiers + (" (fp64 only)" if o.fp64_only else "")
@@ -467,7 +521,8 @@ def _grid(rows: list[tuple[str, ...]]) -> list[str]:
 def format_table(result: SelftestResult) -> list[str]:
     """The table: mutant, caught, tiers that caught it, first diverging tap, expected tap, match.
 
-    The stability mutants get a table of their own: invisible on the toy, caught on the stress fixture.
+    The stability mutants get a table of their own: invisible on the toy, caught on the stress fixture; so do the
+    reduced-precision mutants (on the probe) and the Llama mutants (on toy-llama).
     """
     header: tuple[str, ...] = ("mutant", "caught", "tiers", "first diverging tap", "expected tap", "match")
     rows = [header]
@@ -496,6 +551,12 @@ def format_table(result: SelftestResult) -> list[str]:
             in_fp32 = "invisible" if o.invisible_in_fp32 else f"VISIBLE ({','.join(o.fp32_tiers) or 'error'})"
             rows.append((o.name, in_fp32, "yes" if o.caught else "NO", ",".join(o.tiers) or "-", o.cause,
                          o.first_tap or "-", o.expected_tap, "yes" if o.localized else "NO"))
+        lines += _grid(rows)
+    if result.llama and result.llama_fixture is not None:
+        lines.append(f"Llama mutants: caught on {Path(result.llama_fixture).name} at their tap, with a likely cause")
+        rows = [header]
+        rows += [(o.name, "yes" if o.caught else "NO", _tiers_cell(o), o.first_tap or "-", o.expected_tap,
+                  "yes" if o.localized else "NO") for o in result.llama]
         lines += _grid(rows)
     caught = [o for o in result.outcomes if o.caught and not o.error]
     if caught:
@@ -530,6 +591,9 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
             f"{'FAIL: ' + why if why else 'pass'}")
     for target, why in result.probe_controls.items():
         say(f"control ({target}, unpatched, fp16-probe, fp16/bf16/fp32/fp64): {'FAIL: ' + why if why else 'pass'}")
+    for target, why in result.llama_controls.items():
+        say(f"control ({target}, unpatched llama_model.py, {Path(result.llama_fixture or '').name}): "
+            f"{'FAIL: ' + why if why else 'pass'}")
     for line in format_table(result):
         say(line)
     for why in result.failures():
