@@ -262,3 +262,22 @@ def test_the_gpt2_logits_graph_is_still_the_committed_bytes(tmp_path: Path) -> N
     weights = {k: np.asarray(v, dtype=np.float32) for k, v in fixture.weights().items()}
     export_onnx(weights, fixture.config, tmp_path / "model.logits.onnx", "logits", lens_rows=fixture.lens_rows())
     assert (tmp_path / "model.logits.onnx").read_bytes() == (root / "model.logits.onnx").read_bytes()
+
+
+@pytest.mark.full
+def test_parity_run_passes_the_llama_fixture_on_the_onnx_backends_fp32_and_fp16(llama_dir: Path) -> None:
+    """The whole run (boundary, judge, verdict) on the four ONNX backends; onnxruntime's fp16 graph too."""
+    import subprocess
+    import sys
+
+    names = "onnxruntime,onnxruntime-optimized,openvino,onnx-reference"
+    result = subprocess.run([sys.executable, "-m", "parity_harness", "run", "--fixture", str(llama_dir),
+                             "--backends", names, "--precision", "fp32,fp16"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for name, taps in (("onnxruntime", "48/48"), ("onnxruntime-optimized", "2/48"), ("openvino", "48/48"),
+                       ("onnx-reference", "48/48")):
+        assert any(line.split()[:5] == [name, "fp32", "vs", "fp32", taps] and " ok " in line for line in lines), name
+    assert any(line.split()[:5] == ["onnxruntime", "fp16", "vs", "fp64", "48/48"] for line in lines)
+    assert lines[-1].startswith("PASS:"), lines[-1]
