@@ -16,6 +16,10 @@ patterns that explain its failing cells, most specific first (docs/diagnosis.md)
 - PREVIOUS_TAP: the candidate equals, within tolerance, the golden of the tap before it in dataflow
   order (a hook placed one step early, or a tap returned twice).
 
+With a `TapContext`, the known porting bugs are predicted from the golden's upstream taps: GPT-2's for a
+GPT-2 fixture, the Llama family's (RoPE pairing and base, GQA `repeat`, SwiGLU gate/up, RMSNorm eps and
+(1 + w)) for a Llama fixture (docs/diagnosis.md, "Known porting bugs").
+
 "Failing" and "equals" use the tier's own rule: |a - b| <= atol + rtol * |b|. It costs a few passes
 over one tensor, so the runner calls it once per case and tier, at that case's first failing tap.
 """
@@ -526,9 +530,9 @@ def _rot(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float
     base, pairing = float(cfg.rope_base), str(cfg.rope_pairing)
     other = "interleaved" if pairing == "half" else "half"
     if _explains(a, b, _rope(x, base, other), bad, atol, rtol):
-        return [f"{ROPE_PAIRING}: the rotation pairs columns {'(2j, 2j+1), Meta' if other == 'interleaved' else ''}"
-                f"{'(j, j + d_head/2), Hugging Face' if other == 'half' else ''} instead of the model's {pairing} "
-                "pairing (recomputed from the golden's pre-rotation tap)"]
+        pairs = "(2j, 2j+1), Meta's" if other == "interleaved" else "(j, j + d_head/2), Hugging Face's"
+        return [f"{ROPE_PAIRING}: the rotation pairs columns {pairs} {other} pairing, instead of the model's "
+                f"{pairing} (recomputed from the golden's pre-rotation tap)"]
     fitted = _fitted_base(a, x, pairing)
     tried = [*ROPE_BASES, *([fitted] if fitted is not None else [])]
     for wrong in tried:
