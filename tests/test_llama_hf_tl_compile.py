@@ -8,6 +8,7 @@ those same weights in the tier's dtype: fp32 within 1e-5, fp64 within 1e-12.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -158,3 +159,23 @@ def test_transformerlens_llama_agrees_with_the_reference_on_every_tap(precision:
     assert all(sorted(taps) == sorted(fixture.tap_names) for taps in outputs.values())  # every tap, from its hooks
     worst = worst_differences(outputs, fixture, weights, precision)
     assert max(worst.values()) <= ATOL[precision], {k: v for k, v in worst.items() if v > ATOL[precision]}
+
+
+# -- fixtures/toy-llama through the harness: every tier each backend declares -----------------------------------
+
+TOY_LLAMA_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "toy-llama"
+
+
+@pytest.mark.parametrize(("backend", "precisions", "taps"), [
+    pytest.param("hf-transformers", ["fp32", "fp64", "fp16", "bf16"], 36, id="hf-transformers"),
+    pytest.param("transformerlens", ["fp32", "fp64"], 48, id="transformerlens", marks=pytest.mark.full),
+    pytest.param("torch-compile", ["fp32", "fp64"], 48, id="torch-compile", marks=pytest.mark.full),
+])
+def test_toy_llama_passes_in_every_tier_the_backend_declares(backend: str, precisions: list[str], taps: int) -> None:
+    import parity_harness.api as parity
+
+    report = parity.run(backends=[backend], fixture=str(TOY_LLAMA_DIR), precisions=precisions, decoding=False)
+    ran = {run.precision for run in report.runs if run.status.value == "ran"}
+    assert ran == set(precisions), [(r.precision, r.status, r.message) for r in report.runs]
+    assert report.passed, parity.render(report)
+    assert all(len(report.supported[(backend, p)]) == taps for p in precisions)
