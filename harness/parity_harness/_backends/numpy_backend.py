@@ -11,6 +11,9 @@ numpy_model.py, whose matmuls would still accumulate in float32 between rounding
 bf16 kernel, not bf16 arithmetic (docs/tolerances.md, "Reduced precision").
 
 It runs one layer from a given input (`run_layer`, for `parity attribute`) with the same functions.
+
+On a Llama fixture (`fixture.family == "llama"`) the model is parity_reference/llama_numpy.py (forward and
+decoding with its [n_kv_heads, T, d_head] cache), in the same three precisions; `run_layer` is GPT-2's only.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from parity_harness._core.errors import FixtureError
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
 from parity_harness._fixture.fixture import Fixture
+from parity_reference import llama_numpy
 from parity_reference.numpy_model import attention, decode, forward, layer_norm, mlp, unembed
 
 # The dtype each precision computes in (DTYPES is the dtype results are returned in).
@@ -39,6 +43,7 @@ class NumpyBackend(Backend):
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16")
     requires = ("numpy",)
     install_hint = "pip install numpy"
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")
 
     streams = True  # one case at a time (`run_cases`): memory bounded by one case
     concurrent = True  # touches no process-wide state: may run beside another backend
@@ -47,7 +52,8 @@ class NumpyBackend(Backend):
         return dict(self.run_cases(fixture, precision))
 
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        config, dtype = fixture.config, COMPUTE[precision]
+        config, dtype = fixture.model.config, COMPUTE[precision]
+        llama = fixture.family == "llama"
         # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
         weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: each float32 array is freed once cast (pop)
@@ -63,7 +69,8 @@ class NumpyBackend(Backend):
                 raise FixtureError(
                     f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})"
                 )
-            taps = forward(params, config, tokens, lens_rows)
+            taps = (llama_numpy.forward(params, config, tokens, lens_rows) if llama  # type: ignore[arg-type]
+                    else forward(params, config, tokens, lens_rows))  # type: ignore[arg-type]
             out = DTYPES[precision]  # fp16: widened to the float32 container (exact)
             yield case.name, {tap: taps[tap].astype(out, copy=False) for tap in self.supported_taps(fixture)}
 
@@ -71,7 +78,7 @@ class NumpyBackend(Backend):
         return True
 
     def supports_layers(self, fixture: Fixture) -> bool:
-        return True
+        return fixture.family == "gpt2"
 
     def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
                   stream: np.ndarray) -> dict[str, np.ndarray]:
@@ -102,7 +109,9 @@ class NumpyBackend(Backend):
         """Prefill and decode every request (_fixture/decoding.py) with parity_reference/numpy_model.py."""
         dtype = DTYPES[precision]
         params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
-        return {req.name: steps_to_output(fixture.config.n_layer, decode(
-                    params, fixture.config, list(req.prompt), req.steps,
+        config = fixture.model.config
+        run: Any = llama_numpy.decode if fixture.family == "llama" else decode
+        return {req.name: steps_to_output(config.n_layer, run(
+                    params, config, list(req.prompt), req.steps,
                     list(req.feed) if req.feed is not None else None))
                 for req in requests_for(fixture, requests)}

@@ -6,6 +6,10 @@ weights are rounded to torch.float16 / torch.bfloat16, every op computes in that
 are widened to float32 arrays (exactly: the reduced precisions' container). It streams: one case at a
 time. Decoding is checked in fp32 and fp64 only. It runs one layer from a given input (`run_layer`,
 for `parity attribute`) with the same functions of model.py, its weights cast once per precision.
+
+On a Llama fixture (`fixture.family == "llama"`) it runs parity_reference/llama_model.py the same way, in
+the same four precisions, and decodes with its `prefill`/`decode_step` (a [n_kv_heads, T, d_head] cache);
+`run_layer` is GPT-2's only.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class PyTorchBackend(Backend):
     description: ClassVar[str] = "the PyTorch reference (parity_reference/model.py); fp16 and bf16 on the CPU"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
     requires: ClassVar[tuple[str, ...]] = ("torch",)
+    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")
     install_hint: ClassVar[str] = "pip install 'parity-harness[torch]'"
 
     streams: ClassVar[bool] = True  # one case at a time: memory bounded by one case
@@ -39,7 +44,8 @@ class PyTorchBackend(Backend):
         return dict(self.run_cases(fixture, precision))
 
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        vocab_size = fixture.config.vocab_size
+        config = fixture.model.config
+        vocab_size = config.vocab_size
         for case in fixture.cases:  # torch's embedding would raise an IndexError (a crash) on a bad id
             bad = [t for t in case.tokens if not 0 <= t < vocab_size]
             if bad:
@@ -48,15 +54,16 @@ class PyTorchBackend(Backend):
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         params = torch_params(weights, precision, consume=True)  # each float32 array freed once cast
         lens_rows = fixture.lens_rows()
+        run_with_taps = _family_run_with_taps(fixture.family)
         for case in fixture.cases:
-            yield case.name, dict(reference_taps(params, fixture.config, [case], precision, lens_rows=lens_rows,
-                                                 cast=False)[case.name])
+            yield case.name, dict(reference_taps(params, config, [case], precision,  # type: ignore[arg-type]
+                                                 run_with_taps, lens_rows=lens_rows, cast=False)[case.name])
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
 
     def supports_layers(self, fixture: Fixture) -> bool:
-        return True
+        return fixture.family == "gpt2"
 
     def run_layer(self, fixture: Fixture, precision: Precision, layer: str,
                   stream: np.ndarray) -> dict[str, np.ndarray]:
@@ -95,6 +102,16 @@ class PyTorchBackend(Backend):
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
     ) -> DecodeOutput:
-        from parity_reference import model
+        from parity_reference import llama_model, model
 
-        return reference_decode(fixture, precision, requests, model.decode)
+        return reference_decode(fixture, precision, requests,
+                                llama_model.decode if fixture.family == "llama" else model.decode)
+
+
+def _family_run_with_taps(family: str) -> Any:
+    """The family's `run_with_taps` (None: parity_reference.model's, reference_taps' default)."""
+    if family == "llama":
+        from parity_reference import llama_model
+
+        return llama_model.run_with_taps
+    return None

@@ -84,19 +84,20 @@ def parse_decoding(fixture: Fixture) -> Decoding | None:
 def reference_decode(
     fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None, decode: Callable[..., Any]
 ) -> DecodeOutput:
-    """Every request through `decode` (parity_reference.model.decode or a patched copy): {name: {"step{k}/{tap}":
-    array}}.
+    """Every request through `decode` (parity_reference.model.decode, llama_model.decode for a Llama fixture, or a
+    patched copy): {name: {"step{k}/{tap}": array}}.
 
     The `pytorch` backend's decoding, the decoding goldens, and the self-test's patched reference.
     """
     from parity_reference.run import torch_params
 
     params = torch_params(fixture.weights(), precision)
+    config = fixture.model.config  # the family's config (GPTConfig, LlamaConfig): `decode` is the family's
     out: DecodeOutput = {}
     for req in requests_for(fixture, requests):
-        steps = decode(params, fixture.config, list(req.prompt), req.steps,
+        steps = decode(params, config, list(req.prompt), req.steps,
                        list(req.feed) if req.feed is not None else None)
-        out[req.name] = steps_to_output(fixture.config.n_layer, [
+        out[req.name] = steps_to_output(config.n_layer, [
             (logits.numpy(), [(k.numpy(), v.numpy()) for k, v in cache]) for logits, cache in steps
         ])
     return out
