@@ -96,53 +96,16 @@ def test_an_honest_run_gets_no_cause(tier: str) -> None:
         assert causes_at(tap, golden, wrong, TOY_LLAMA, tier) == [], tap
 
 
-# -- the selftest on a Llama fixture (built here until fixtures/toy-llama lands) --------------------------------
+# -- the selftest on fixtures/toy-llama (the toy's sibling) ----------------------------------------------------
 
 
-def write_llama_fixture(root: Path, config: LlamaConfig = TOY_LLAMA) -> Path:
-    """A sealed llama fixture: seeded weights, three cases, both tiers' goldens from parity_reference.llama_model."""
-    import json
-
-    from parity_harness._authoring.fixture_writer import default_tolerances, save_tensors
-    from parity_harness._fixture.fixture import FORMAT_NAME, FORMAT_VERSION, MANIFEST, sha256_file
-    from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
-    from parity_reference.families import load_family
-
-    root.mkdir(parents=True)
-    params = llama_model.init_params(config, 3, torch.float32)
-    save_tensors({k: v.numpy() for k, v in params.items()}, root / "weights.safetensors")
-    cases = [("a", TOKENS), ("b", [3, 3, 1, 0, 8]), ("c", list(range(config.vocab_size)))]
-    table = load_family("llama")
-    names = table.tap_names(config)
-    files: dict[str, Any] = {"weights": "weights.safetensors", "golden": {}}
-    for tier in ("fp32", "fp64"):
-        p = {k: v.to(DTYPE[tier]) for k, v in params.items()}
-        tensors = {f"{case}/{tap}": np.ascontiguousarray(t.numpy())
-                   for case, tokens in cases for tap, t in llama_model.run_with_taps(p, config, tokens).items()
-                   if tap in names}
-        save_tensors(tensors, root / f"golden.{tier}.safetensors")
-        files["golden"][tier] = f"golden.{tier}.safetensors"
-    manifest: dict[str, Any] = {
-        "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "family": "llama", "config": config.to_dict(),
-        "vocab": [f"t{i}" for i in range(config.vocab_size)],
-        "cases": [{"name": c, "kind": "random", "tokens": t, "text": ""} for c, t in cases],
-        "taps": [{"name": t, "shape": table.shape_template(config, t)} for t in names],
-        "tolerances": default_tolerances(), "files": files,
-        "sha256": {n: sha256_file(root / n) for n in ["weights.safetensors", *files["golden"].values()]},
-        "provenance": {"command": "tests/test_llama_mutants.py", "seed": 3},
-    }
-    manifest[SEAL_KEY] = manifest_digest(manifest)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    return root
-
-
-def test_selftest_catches_each_llama_mutant_at_its_tap_with_its_likely_cause(tmp_path: Path) -> None:
+def test_selftest_catches_each_llama_mutant_at_its_tap_with_its_likely_cause() -> None:
     from parity_harness._fixture.fixture import load_fixture
     from parity_harness._tools.selftest import format_table, run_selftest
 
-    llama = load_fixture(write_llama_fixture(tmp_path / "toy-llama"))
-    result = run_selftest(load_fixture(REPO / "fixtures" / "toy"), list(LLAMA), llama=llama)
+    result = run_selftest(load_fixture(REPO / "fixtures" / "toy"), list(LLAMA))  # toy-llama: found beside the toy
     doc = result.to_json()
+    assert doc["llama_fixture"] == str(REPO / "fixtures" / "toy-llama") and doc["controls"] == {}
     assert doc["llama_controls"] == {"reference": ""}, doc["llama_controls"]
     mutants = doc["mutants"]
     assert isinstance(mutants, list)
