@@ -96,6 +96,14 @@ def test_an_honest_run_gets_no_cause(tier: str) -> None:
         assert causes_at(tap, golden, wrong, TOY_LLAMA, tier) == [], tap
 
 
+def test_float32_round_off_judged_at_fp64_gets_no_llama_cause() -> None:
+    golden = taps(llama_model.run_with_taps, TOY_LLAMA, "fp64")
+    got = {k: v.astype(np.float64) for k, v in taps(llama_model.run_with_taps, TOY_LLAMA, "fp32").items()}
+    for tap in {m.expected_tap for m in LLAMA}:  # an honest float32 run fails the fp64 tier: no porting bug named
+        causes = causes_at(tap, golden, got, TOY_LLAMA, "fp64")
+        assert not [c for c in causes if any(c.startswith(name) for name in CAUSE.values())], (tap, causes)
+
+
 # -- the selftest on fixtures/toy-llama (the toy's sibling) ----------------------------------------------------
 
 
