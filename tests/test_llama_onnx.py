@@ -213,13 +213,8 @@ def test_the_weights_check_takes_the_rope_tables_for_constants_not_parameters() 
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
-def test_the_onnx_backends_implement_llama_without_decoding(name: str) -> None:
-    from types import SimpleNamespace
-
-    backend = BACKENDS[name]()
-    assert backend.families == ("gpt2", "llama")
-    llama = SimpleNamespace(family="llama", files={"decoding": {"onnx": "model.decode.onnx"}}, root=Path("."))
-    assert backend.supports_decoding(llama) is False  # even with a decode graph listed: no llama decode graph
+def test_the_onnx_backends_implement_llama(name: str) -> None:
+    assert BACKENDS[name]().families == ("gpt2", "llama")
 
 
 def test_a_llama_fixture_reaches_the_weights_check_with_its_own_parameters(tmp_path: Path) -> None:
@@ -280,4 +275,41 @@ def test_parity_run_passes_the_llama_fixture_on_the_onnx_backends_fp32_and_fp16(
                        ("onnx-reference", "48/48")):
         assert any(line.split()[:5] == [name, "fp32", "vs", "fp32", taps] and " ok " in line for line in lines), name
     assert any(line.split()[:5] == ["onnxruntime", "fp16", "vs", "fp64", "48/48"] for line in lines)
+    assert lines[-1].startswith("PASS:"), lines[-1]
+
+
+@pytest.mark.full
+def test_toy_llama_with_its_graphs_decodes_through_onnxruntime_and_openvino(tmp_path: Path) -> None:
+    """fixtures/toy-llama copied, its three graphs added by export_onnx_for (the decode graph: llama_model.decode_step
+    with the grouped-query cache), then `parity run`: every tap and the decoding goldens, step by step."""
+    import shutil
+    import subprocess
+    import sys
+
+    import onnx
+
+    from parity_harness._authoring.onnx_export import export_onnx_for
+    from parity_harness._fixture.fixture import load_fixture
+
+    root = tmp_path / "toy-llama"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "toy-llama", root)
+    for name in ("model.onnx", "model.logits.onnx", "model.decode.onnx"):
+        (root / name).unlink(missing_ok=True)  # whatever the committed fixture holds, exported again here
+    export_onnx_for(root)
+    fixture = load_fixture(root)
+    assert fixture.family == "llama" and fixture.decoding() is not None
+    step = onnx.load_model(str(root / "model.decode.onnx"))
+    config = fixture.model.config
+    past = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
+    assert past["past.0.key"][0] == config.n_kv_heads and past["past.0.key"][2] == config.d_head  # grouped heads
+    for name in ("onnxruntime", "openvino"):
+        assert BACKENDS[name]().supports_decoding(fixture)
+    result = subprocess.run([sys.executable, "-m", "parity_harness", "run", "--fixture", str(root), "--backends",
+                             "onnxruntime,onnxruntime-optimized,openvino,onnx-reference"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for name in ("onnxruntime", "openvino"):
+        line = next(line for line in lines if line.split()[:2] == [name, "fp32"])
+        assert "48/48" in line and " ok, worst " in line, line  # taps and decoding both checked, both ok
     assert lines[-1].startswith("PASS:"), lines[-1]

@@ -303,8 +303,13 @@ def check_onnx_against_golden(fixture: Fixture) -> list[str]:
     return lines
 
 
-def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: Path) -> None:
-    """Write `parity_reference.model.decode_step` as one self-contained .onnx file (checked, then renamed in)."""
+def export_decode_onnx(weights: dict[str, np.ndarray], config: ModelConfig, path: Path) -> None:
+    """Write the family's `decode_step` (`parity_reference.model`'s, or `llama_model`'s for a LlamaConfig) as one
+    self-contained .onnx file (checked, then renamed in)."""
+    if isinstance(config, LlamaConfig):
+        _export_llama_decode(weights, config, Path(path))
+        return
+    gpt2: GPTConfig = config
     import torch
 
     from parity_harness._backends.onnx.decode import check_decode_model, input_names, output_names
@@ -326,7 +331,7 @@ def export_decode_onnx(weights: dict[str, np.ndarray], config: GPTConfig, path: 
         def forward(self, token: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
             params = {key: getattr(self, key.replace(".", "__")) for key in keys}
             cache = [(past[2 * i], past[2 * i + 1]) for i in range(L)]
-            logits, grown = decode_step(params, config, token, cache)
+            logits, grown = decode_step(params, gpt2, token, cache)
             return (logits, *[t for kv in grown for t in kv])
 
     n_past = min(3, config.n_ctx - 1)  # an example past longer than 1 (torch.export specializes size 1)
@@ -342,7 +347,8 @@ def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | N
     lines.
 
     For a fixture written without graphs (any family: GPT-2 or Llama): both graphs (`model.onnx`,
-    `model.logits.onnx`) exported from its `weights.safetensors` with its `lens_rows`, `files.onnx` and their
+    `model.logits.onnx`) exported from its `weights.safetensors` with its `lens_rows`, and the decoder-with-past
+    graph (`model.decode.onnx`) when it has a decoding section; `files.onnx` (`files.decoding.onnx`) and their
     sha256 added to the manifest, the manifest re-sealed (checked in memory, then written atomically), and the
     graphs run against the fp32 goldens (FixtureError if a tap breaches the tolerance). The fixture writer calls
     it after writing a fixture; on a committed fixture it is one command (docs/onnx.md).
@@ -368,9 +374,17 @@ def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | N
     for kind, name in ONNX_FILES.items():
         say(f"ONNX graph {name}")
         export_onnx(dict(weights), fixture.model.config, root / name, kind, lens_rows=fixture.lens_rows())
+    written = list(ONNX_FILES.values())
     manifest = read_manifest(root / MANIFEST)
     manifest["files"]["onnx"] = dict(ONNX_FILES)
-    for name in ONNX_FILES.values():
+    if isinstance(manifest["files"].get("decoding"), dict):  # a decoding section: its decoder-with-past graph too
+        from parity_harness._fixture.decoding import ONNX_FILE
+
+        say(f"ONNX graph {ONNX_FILE}")
+        export_decode_onnx(dict(weights), fixture.model.config, root / ONNX_FILE)
+        manifest["files"]["decoding"]["onnx"] = ONNX_FILE
+        written.append(ONNX_FILE)
+    for name in written:
         manifest["sha256"][name] = sha256_file(root / name)
     manifest.pop(SEAL_KEY, None)
     manifest[SEAL_KEY] = manifest_digest(manifest)
@@ -378,3 +392,49 @@ def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | N
     fixture_from_manifest(root, loads_strict(text))  # the new manifest checked before it replaces the old
     write_text_atomic(root / MANIFEST, text, "manifest")
     return check_onnx_against_golden(load_fixture(root))
+
+
+def _export_llama_decode(weights: dict[str, np.ndarray], config: LlamaConfig, path: Path) -> None:
+    """`export_decode_onnx` for the Llama family: `llama_model.decode_step` with the grouped-query cache, past keys
+    (after RoPE) and values [n_kv_heads, P, d_head] per block; the RoPE tables are the graph's constants, as in
+    `_export_llama` (the step reads row P, the past length)."""
+    import torch
+
+    from parity_harness._backends.onnx.decode import check_decode_model, input_names, output_names
+    from parity_reference import llama_model
+    from parity_reference.llama_config import param_shapes as llama_param_shapes
+
+    keys = list(llama_param_shapes(config))
+    L, Hkv, dh = config.n_layer, config.n_kv_heads, config.d_head
+    cos_table, sin_table = llama_model.rope_tables(config.n_ctx, dh, config.rope_base, torch.float32)
+
+    class LlamaDecodeModule(torch.nn.Module):
+        """(token (1,), past keys and values (Hkv, P, dh) per block) -> (logits (V,), present (Hkv, P + 1, dh) ...)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            for key in keys:  # buffers become ONNX initializers; '.' is not allowed in a buffer name
+                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
+                self.register_buffer(key.replace(".", "__"), tensor.clone())
+            self.register_buffer(ROPE_CONSTANTS[0], cos_table.clone())
+            self.register_buffer(ROPE_CONSTANTS[1], sin_table.clone())
+
+        def forward(self, token: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            params = {key: getattr(self, key.replace(".", "__")) for key in keys}
+            cache = [(past[2 * i], past[2 * i + 1]) for i in range(L)]
+            with _rope_from(getattr(self, ROPE_CONSTANTS[0]), getattr(self, ROPE_CONSTANTS[1])):
+                logits, grown = llama_model.decode_step(params, config, token, cache)
+            return (logits, *[t for kv in grown for t in kv])
+
+    n_past = min(3, config.n_ctx - 1)  # an example past longer than 1 (torch.export specializes size 1)
+    example = (torch.zeros(1, dtype=torch.int64), *[torch.zeros(Hkv, n_past, dh) for _ in range(2 * L)])
+    past_dim = torch.export.Dim("P", min=1, max=max(config.n_ctx - 1, 2))
+    dynamic: Any = (None, tuple({1: past_dim} for _ in range(2 * L)))  # token, then the *past tuple
+
+    def check(model: Any, where: Path) -> None:
+        check_decode_model(model, where, config)
+        problem = graph_weight_problem(model, weights)
+        if problem is not None:
+            raise FixtureError(f"{where}: {problem}")
+
+    export_program(LlamaDecodeModule().eval(), example, path, input_names(L), output_names(L), dynamic, check)

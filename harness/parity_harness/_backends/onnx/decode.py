@@ -7,7 +7,9 @@ dynamo exporter at opset `ONNX_OPSET`, weights embedded:
     outputs: logits float32 [V]; present.{i}.key, present.{i}.value float32 [H, P + 1, d_head]
 
 P, the past length, is dynamic (1 to n_ctx - 1). The prefill is the all-taps graph (model.onnx):
-its `blocks.{i}.attn.hook_k|hook_v` outputs, transposed to [H, T, d_head], are the first cache.
+its `blocks.{i}.attn.hook_k|hook_v` outputs, transposed to [H, T, d_head], are the first cache. A Llama
+fixture's graph is `parity_reference.llama_model.decode_step`'s: the cache holds n_kv_heads heads
+([n_kv_heads, P, d_head]) and its keys are after RoPE, so the first cache is `hook_rot_k|hook_v` transposed.
 Decoding needs onnx and onnxruntime; the graph is written by
 `parity_harness._authoring.onnx_export.export_decode_onnx`.
 """
@@ -23,12 +25,13 @@ import numpy as np
 from parity_harness._backends.onnx.graph import load_onnx
 from parity_harness._backends.onnx.load import FileKey, file_key, first_line
 from parity_harness._core.errors import BackendFailed, FixtureError
+from parity_reference.config import GPTConfig
 
 if TYPE_CHECKING:
     from parity_harness._backends.onnx.graph import Runner
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
-    from parity_reference.config import GPTConfig
+    from parity_harness._fixture.model_spec import ModelConfig
 
 TOKEN_INPUT = "token"
 
@@ -41,7 +44,7 @@ def output_names(n_layer: int) -> list[str]:
     return ["logits"] + [f"present.{i}.{kv}" for i in range(n_layer) for kv in ("key", "value")]
 
 
-def check_decode_model(model: Any, path: Path, config: GPTConfig) -> None:
+def check_decode_model(model: Any, path: Path, config: ModelConfig) -> None:
     """The decode graph's inputs and outputs are exactly the documented names; FixtureError otherwise."""
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]
@@ -71,13 +74,14 @@ def checked_decode_graph(fixture: Fixture) -> Path:
     if path is None:
         raise FixtureError(f"{fixture.manifest_path}: the fixture has no decode graph (files.decoding.onnx)")
     key = file_key(fixture, path)
-    if key is not None and (key, fixture.config.n_layer) in _decode_checked:
+    config = fixture.model.config
+    if key is not None and (key, config.n_layer) in _decode_checked:
         return path
     model = load_onnx(path, key)
-    check_decode_model(model, path, fixture.config)
+    check_decode_model(model, path, config)
     check_graph_weights(fixture, path, model)
     if key is not None:
-        _decode_checked.add((key, fixture.config.n_layer))
+        _decode_checked.add((key, config.n_layer))
     return path
 
 
@@ -85,7 +89,7 @@ def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     """Decode with onnxruntime: prefill by model.onnx (hook_k, hook_v, logits), steps by model.decode.onnx."""
     from parity_harness._backends.onnx.graph import check_onnx_file, expected_outputs, onnx_file, ort_runner
 
-    config = fixture.config
+    config = fixture.model.config
     path = checked_decode_graph(fixture)
     full = onnx_file(fixture, "all_taps")
     check_onnx_file(full, fixture, "all_taps")
@@ -98,7 +102,7 @@ def ort_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
 Step = Callable[[np.ndarray, list[tuple[np.ndarray, np.ndarray]]], list[np.ndarray]]  # token (1,), cache -> values
 
 
-def decode_steps(config: GPTConfig, path: Path, requests: list[DecodeRequest], names: Sequence[str], prefill: Runner,
+def decode_steps(config: ModelConfig, path: Path, requests: list[DecodeRequest], names: Sequence[str], prefill: Runner,
                  step: Step, refuse_past_context: bool = False) -> DecodeOutput:
     """The decoding loop of every ONNX runtime: prefill by the all-taps graph (`prefill`, its outputs in `names`'
     order: the first cache is hook_k, hook_v transposed to [H, T, d_head]), then one `step` per token, fed or the
@@ -107,12 +111,14 @@ def decode_steps(config: GPTConfig, path: Path, requests: list[DecodeRequest], n
     `path` and the prompt."""
     from parity_harness._fixture.decoding import steps_to_output
 
+    # The cache's keys: GPT-2's hook_k; Llama's keys after RoPE (hook_rot_k), n_kv_heads heads, as its prefill caches.
+    key_tap = "hook_k" if isinstance(config, GPTConfig) else "hook_rot_k"
     out: DecodeOutput = {}
     for req in requests:
         try:
             taps = dict(zip(names, prefill(np.asarray(req.prompt, dtype=np.int64)), strict=True))
             logits = np.asarray(taps["logits"])[-1]  # (V,)
-            cache = [(np.asarray(taps[f"blocks.{i}.attn.hook_k"]).transpose(1, 0, 2).copy(),
+            cache = [(np.asarray(taps[f"blocks.{i}.attn.{key_tap}"]).transpose(1, 0, 2).copy(),
                       np.asarray(taps[f"blocks.{i}.attn.hook_v"]).transpose(1, 0, 2).copy())
                      for i in range(config.n_layer)]  # (T, H, dh) -> (H, T, dh)
             steps: list[tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = [(logits, cache)]

@@ -48,11 +48,10 @@ class OnnxRuntimeBackend(Backend):
         return run_cases(fixture, path, names, fp16_outputs(ort_runner(path, model=fp16_graph(path, names))))
 
     def supports_decoding(self, fixture: Fixture) -> bool:
-        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx. GPT-2 only: the
-        Llama family has no decode graph (its grouped-query cache is not exported)."""
+        """With the fixture's decoder-with-past graph (model.decode.onnx), of either family; prefill by model.onnx."""
         from parity_harness._backends.onnx.decode import decode_graph
 
-        return fixture.family == "gpt2" and decode_graph(fixture) is not None
+        return decode_graph(fixture) is not None
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None

@@ -146,11 +146,10 @@ class OpenVinoBackend(Backend):
         return run_cases(fixture, path, names, runner)
 
     def supports_decoding(self, fixture: Fixture) -> bool:
-        """With the fixture's decoder-with-past graph (model.decode.onnx); prefill by model.onnx. GPT-2 only: the
-        Llama family has no decode graph (its grouped-query cache is not exported)."""
+        """With the fixture's decoder-with-past graph (model.decode.onnx), of either family; prefill by model.onnx."""
         from parity_harness._backends.onnx.decode import decode_graph
 
-        return fixture.family == "gpt2" and decode_graph(fixture) is not None
+        return decode_graph(fixture) is not None
 
     def decode(
         self, fixture: Fixture, precision: Precision, requests: list[DecodeRequest] | None = None
@@ -166,7 +165,7 @@ def _ov_decode(fixture: Fixture, requests: list[DecodeRequest]) -> DecodeOutput:
     """Prefill by model.onnx (hook_k, hook_v, logits), then one model.decode.onnx step per token."""
     from parity_harness._backends.onnx.decode import checked_decode_graph, decode_steps, input_names, output_names
 
-    config = fixture.config
+    config = fixture.model.config
     for req in requests:  # the prompt and every fed token, before anything runs
         check_tokens(f"prompt {req.name!r}", req.prompt, config.vocab_size, config.n_ctx)
         if req.feed is not None:
