@@ -184,7 +184,8 @@ def test_export_preset_needs_a_new_directory_and_a_known_preset(tmp_path: Path) 
         "(hundreds of MB for gpt2-small)")
     unknown = run_cli("export", "--preset", "gpt3", "--fixture", str(tmp_path / "x"))
     assert unknown.returncode == 2
-    assert "unknown preset 'gpt3' (known: toy, toy-stress, gpt2-small, gpt2-mini, fp16-probe)" in unknown.stderr
+    assert ("unknown preset 'gpt3' (known: toy, toy-stress, toy-llama, gpt2-small, gpt2-mini, fp16-probe, "
+            "llama-mini, llama-small)") in unknown.stderr
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     busy = run_cli("export", "--preset", "gpt2-mini", "--fixture", str(tmp_path / "full"))

@@ -572,12 +572,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="retrain the toy and rewrite the fixture, or --check it")
     export.add_argument("--fixture", default=None,
-                        help="fixture directory (default: fixtures/toy; with --preset toy-stress, fixtures/toy-stress "
-                             "beside the toy; --preset gpt2-*, fp16-probe and --from-hf need a new one)")
+                        help="fixture directory (default: fixtures/toy; with --preset toy-stress or toy-llama, "
+                             "fixtures/NAME beside the toy; the other presets and --from-hf need a new one)")
     export.add_argument("--preset", metavar="NAME", default="toy",
                         help="toy: train and write the toy (default); toy-stress: derive the stress fixture from the "
-                             "toy's weights (_authoring/stress.py); gpt2-small, gpt2-mini, fp16-probe: a GPT-2-shaped "
-                             "fixture from seeded random weights (parity_harness/_authoring/presets.py)")
+                             "toy's weights (_authoring/stress.py); toy-llama: the committed Llama fixture "
+                             "(fixtures/toy-llama; --check works); gpt2-small, gpt2-mini, fp16-probe, llama-mini, "
+                             "llama-small: a fixture from seeded random weights (parity_harness/_authoring/presets.py)")
     export.add_argument("--from", dest="source", metavar="DIR",
                         help="with --preset toy-stress: the toy fixture to derive it from (default: fixtures/toy)")
     export.add_argument("--from-hf", metavar="CHECKPOINT_DIR",
