@@ -106,3 +106,25 @@ def test_the_cli_refuses_rope_scaling_with_exit_2_and_one_line(tmp_path: Path) -
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "RoPE scaling" in line]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_export_writes_a_llama_fixture_whose_goldens_are_what_transformers_computes(tmp_path: Path) -> None:
+    from parity_harness._fixture.fixture import load_fixture
+
+    root, model = checkpoint(tmp_path)
+    target = tmp_path / "fixture"
+    export_from_hf(root, target, progress=lambda _m: None, with_onnx=False)
+    fixture = load_fixture(target)
+    assert fixture.family == "llama"
+    assert fixture.model.config == read_hf_llama_config(root / "config.json")[0]
+    golden = fixture.golden("fp32")
+    for case in fixture.cases:
+        with torch.no_grad():
+            logits = model(torch.tensor([list(case.tokens)])).logits[0].numpy()
+        diff = float(np.max(np.abs(golden[case.name]["logits"] - logits)))
+        assert diff <= 1e-5, f"{case.name}: the golden logits differ from transformers' by {diff:.3g}"
+    assert fixture.onnx_path("all_taps") is None  # no Llama ONNX graphs yet: none claimed
+    import parity_harness.api as parity
+
+    report = parity.run(backends=["pytorch", "hf-transformers"], fixture=str(target), precisions=["fp32", "fp64"])
+    assert report.passed, parity.render(report)

@@ -30,6 +30,7 @@ the "llama" family (parity_reference/llama_config.py), its tensors already under
   other than "silu", `mlp_bias`, a `head_dim` other than hidden_size / num_attention_heads, `pretraining_tp` > 1.
 - model.safetensors: as for GPT-2 (exact float32 or refused); `lm_head.weight` is kept for an untied model
   and must equal the embedding for a tied one (then dropped).
+- No ONNX graphs yet (as the llama presets): the fixture writer does not export the Llama family's.
 
 The fixture is written like a preset's (parity_harness/_authoring/presets.py): probs and the logit lens on the last
 positions, per-tap tolerances, both ONNX graphs; it is built in a temporary directory beside the
@@ -371,7 +372,7 @@ def read_hf_llama_weights(path: Path, config: LlamaConfig) -> tuple[dict[str, np
     return {name: weights[name] for name in expected}, _dtype_summary(dtypes)
 
 
-def export_llama_from_hf(checkpoint: Path, root: Path, long: bool, say: Progress, with_onnx: bool, seed: int) -> None:
+def export_llama_from_hf(checkpoint: Path, root: Path, long: bool, say: Progress, seed: int) -> None:
     """`export_from_hf` for a Llama-architecture checkpoint: a fixture of the llama family."""
     from parity_harness._authoring.presets import PRESETS, make_cases, write_scaled_fixture
     from parity_harness._fixture.platforms import current_platform
@@ -383,11 +384,11 @@ def export_llama_from_hf(checkpoint: Path, root: Path, long: bool, say: Progress
         f"{config.n_layer} blocks of {config.n_head} heads ({config.n_kv_heads} key/value), weights {source_dtype}")
     small = PRESETS["gpt2-small"]
     lengths = (*small.lengths, config.n_ctx) if long else small.lengths
-    cases = make_cases(config, lengths, seed)  # type: ignore[arg-type]  # reads vocab_size and n_ctx only
-    write_scaled_fixture(root, config, weights, cases, vocab, {  # type: ignore[arg-type]  # the family's writer
+    cases = make_cases(config, lengths, seed)
+    write_scaled_fixture(root, config, weights, cases, vocab, {
         "checkpoint": checkpoint.name, "source_dtype": source_dtype, "seed": seed,
         "command": "parity export --from-hf" + (" --long" if long else ""), "platform": current_platform(),
-    }, say, with_onnx)
+    }, say, False, family="llama")  # no ONNX graphs: the fixture writer has none for Llama yet (as the llama presets)
 
 
 def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long: bool = False,
@@ -403,7 +404,7 @@ def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long:
         if exact_gelu:
             raise FixtureError(f"{checkpoint / 'config.json'}: --exact-gelu is for GPT-2 checkpoints; a Llama's "
                                "MLP is SwiGLU (SiLU)")
-        export_llama_from_hf(checkpoint, root, long, say, with_onnx, seed)
+        export_llama_from_hf(checkpoint, root, long, say, seed)
         return
     hf = read_hf_config(checkpoint / "config.json")
     config, activation = hf.config, hf.activation
