@@ -113,3 +113,11 @@ def test_llama_small_preset_is_about_100m_parameters() -> None:
         768, 12, 12, 4, 2048, 32000)
     n = sum(math.prod(s) for s in param_shapes(config).values())
     assert 90e6 <= n <= 130e6, n
+
+
+def test_the_toys_check_refuses_a_llama_fixture_in_one_line() -> None:
+    from parity_harness._authoring.export import check_fixture
+    from parity_harness._core.errors import FixtureError
+
+    with pytest.raises(FixtureError, match=r"a llama fixture, not the toy: pass --preset toy-llama$"):
+        check_fixture(TOY_LLAMA, progress=lambda _m: None, retrain=False, out=lambda _m: None)

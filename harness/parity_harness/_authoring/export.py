@@ -267,6 +267,11 @@ def check_fixture(root: Path, progress: Progress = print, retrain: bool = True, 
     else the held-out loss within RETRAIN_LOSS_RTOL. Which rule applied goes to `progress`, the verdict to `out`.
     """
     fixture = load_fixture(root)
+    if fixture.family != "gpt2":  # the toy's check retrains GPT-2; a Llama fixture has its own (presets.py)
+        preset = fixture.manifest.get("provenance", {}).get("preset") if isinstance(
+            fixture.manifest.get("provenance"), dict) else None
+        raise FixtureError(f"{root}: a {fixture.family} fixture, not the toy"
+                           + (f": pass --preset {preset}" if isinstance(preset, str) else ""))
     committed_weights = fixture.weights()
     seed, steps = _provenance_int(fixture, "seed"), _provenance_int(fixture, "steps")
     provenance = fixture.manifest["provenance"]
