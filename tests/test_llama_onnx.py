@@ -212,6 +212,14 @@ def test_the_weights_check_takes_the_rope_tables_for_constants_not_parameters() 
     assert problem is not None and "down_proj" in problem
 
 
+def test_the_graph_file_names_are_the_fixture_writers() -> None:
+    """export_onnx_for names the graphs as the fixture writer does (graph.GRAPH_FILES, fixture_writer.ONNX_FILES)."""
+    from parity_harness._authoring.fixture_writer import ONNX_FILES
+    from parity_harness._backends.onnx.graph import GRAPH_FILES
+
+    assert GRAPH_FILES == ONNX_FILES
+
+
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_the_onnx_backends_implement_llama(name: str) -> None:
     assert BACKENDS[name]().families == ("gpt2", "llama")
@@ -300,6 +308,7 @@ def test_toy_llama_with_its_graphs_decodes_through_onnxruntime_and_openvino(tmp_
     assert fixture.family == "llama" and fixture.decoding() is not None
     step = onnx.load_model(str(root / "model.decode.onnx"))
     config = fixture.model.config
+    assert isinstance(config, LlamaConfig)
     past = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
     assert past["past.0.key"][0] == config.n_kv_heads and past["past.0.key"][2] == config.d_head  # grouped heads
     for name in ("onnxruntime", "openvino"):

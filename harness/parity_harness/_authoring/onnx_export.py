@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parity_harness._backends.onnx.graph import (
+    GRAPH_FILES,
     INPUT_NAME,
     ONNX_OPSET,
     OnnxGraph,
@@ -355,7 +356,6 @@ def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | N
     """
     import json
 
-    from parity_harness._authoring.fixture_writer import ONNX_FILES
     from parity_harness._core.safe_write import write_text_atomic
     from parity_harness._core.strict_json import loads_strict
     from parity_harness._fixture.fixture import (
@@ -371,12 +371,12 @@ def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | N
     say = progress or (lambda _message: None)
     fixture = load_fixture(root)
     weights = {k: np.asarray(v, dtype=np.float32) for k, v in fixture.weights().items()}
-    for kind, name in ONNX_FILES.items():
+    for kind, name in GRAPH_FILES.items():
         say(f"ONNX graph {name}")
         export_onnx(dict(weights), fixture.model.config, root / name, kind, lens_rows=fixture.lens_rows())
-    written = list(ONNX_FILES.values())
+    written = list(GRAPH_FILES.values())
     manifest = read_manifest(root / MANIFEST)
-    manifest["files"]["onnx"] = dict(ONNX_FILES)
+    manifest["files"]["onnx"] = dict(GRAPH_FILES)
     if isinstance(manifest["files"].get("decoding"), dict):  # a decoding section: its decoder-with-past graph too
         from parity_harness._fixture.decoding import ONNX_FILE
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 OnnxGraph = Literal["all_taps", "logits"]
 GRAPHS: tuple[OnnxGraph, ...] = ("all_taps", "logits")
+GRAPH_FILES: dict[OnnxGraph, str] = {"all_taps": "model.onnx", "logits": "model.logits.onnx"}  # kind -> file name
 # Pinned: the opset torch.onnx's dynamo exporter (torchlib) is written in, so no version converter
 # runs; every op the model needs (Erf, Trilu, Softmax-13 semantics, ...) exists at 18; opset <= 17
 # with the dynamo exporter writes an invalid model. See docs/onnx.md.
