@@ -150,3 +150,18 @@ def test_toy_llama_goldens_are_within_their_tier_of_an_mpmath_truth() -> None:
                 worst[precision] = max(worst[precision], float(diff.max(initial=0.0)))
     assert worst["fp64"] <= 1e-14, worst
     assert worst["fp32"] <= 1e-6, worst
+
+
+@pytest.mark.full  # three subprocesses, each importing torch: ~8 s
+def test_the_cli_writes_and_checks_a_toy_llama_fixture(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from tests.conftest import run_cli
+
+    target = str(tmp_path / "tl")
+    wrote = run_cli("export", "--preset", "toy-llama", "--fixture", target)
+    assert wrote.returncode == 0, wrote.stderr
+    checked = run_cli("export", "--preset", "toy-llama", "--check", "--fixture", target)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "OK, the committed toy-llama fixture is reproducible" in checked.stdout + checked.stderr
+    toy = run_cli("export", "--preset", "toy-llama", "--check", "--fixture", str(TOY))
+    assert toy.returncode == 2 and toy.stderr.count("\n") == 1 and "not a toy-llama fixture" in toy.stderr
