@@ -28,6 +28,15 @@ transformers computes them inside one fused call and never exposes them: every L
 `hook_scale` and `hook_normalized` (nn.LayerNorm), and the pre-softmax attention scores (inside
 `eager_attention_forward`). A causal=false fixture is declined (GPT-2 in transformers is always causal).
 
+A Llama fixture (family "llama") gets transformers' `LlamaForCausalLM` (eager attention, default RoPE, SiLU),
+built the same way from the fixture's weights, which carry Hugging Face's names already (`hf_llama_model`).
+Taps come from hooks on its modules, and `hook_rot_q`, `hook_rot_k` and `hook_pattern` from its attention
+function's arguments and result: transformers' own `eager_attention_forward`, registered (with its eager mask
+function: without one transformers gives no mask) under the name `parity_eager`. In fp64 the three steps
+transformers computes in float32 inside a float64 Llama (RMSNorm, the RoPE tables, the softmax) are computed
+in float64, on the model's own module instances; no class is patched (docs/backends.md, "hf-transformers").
+RMSNorm's `hook_scale`/`hook_normalized` and the scores stay unexposed; an interleaved-pairing fixture is declined.
+
 The model is built once per `run_cases` call (one fixture, one precision), never per case; no decoding
 (in any precision). What transformers says to model authors (its warnings and log records, e.g. about
 special token ids) is kept off the user's terminal (`silenced`, quiet.py); the config names no special token outside
