@@ -279,7 +279,10 @@ def test_render_text_is_the_terminal_report(failing_report: Report) -> None:
     out = io.StringIO()
     print_report(failing_report, out)
     # after a first line as `parity run`'s, which also marks a written file as parity's (_core/output_paths.py)
-    assert api.render(failing_report) == f"parity: fixture {failing_report.fixture}\n" + out.getvalue()
+    from parity_harness._views.console import fixture_text
+
+    # the first line names the fixture as every view does: parity's own by name, never its installation's path
+    assert api.render(failing_report) == f"parity: fixture {fixture_text(failing_report)}\n" + out.getvalue()
     assert f"first divergence at {LYING_TAP}" in out.getvalue()
 
 
@@ -315,7 +318,7 @@ def test_render_replaces_a_file_whole_and_leaves_no_temporary(failing_report: Re
     target = tmp_path / "r.txt"
     target.write_text("parity: fixture an earlier render\n")  # parity's own (its first line): replaced whole
     text = api.render(failing_report, "text", target)
-    assert target.read_text() == text and text.startswith(f"parity: fixture {failing_report.fixture}\n")
+    assert target.read_text() == text and text.startswith("parity: fixture fixtures/toy\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.txt"]
 
 
