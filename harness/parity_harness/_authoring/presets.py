@@ -281,6 +281,10 @@ def export_toy_llama(root: Path, seed: int = 0, progress: Progress = print) -> N
     with staging_directory(root) as staging:
         write_toy_llama(staging, llama_weights(TOY_LLAMA, seed), seed, say)
         load_fixture(staging).decoding()  # validate what was written before putting it in place
+        from parity_harness._authoring.onnx_export import export_onnx_for
+
+        for line in export_onnx_for(staging):  # the graphs, run against the fp32 goldens; the manifest re-sealed
+            say(line)
         replace_directory(staging, root, owned_entries(root, TOY_LLAMA_PRESET))
     say(f"wrote {root}")
 

@@ -25,6 +25,8 @@ def share_text(used: float) -> str:
         return "-"
     if math.isinf(used):
         return "inf"
+    if 0 < used < 0.005:
+        return "<1%"  # measured, and far inside: not "0%", which reads as exact
     return f"{100 * used:.0f}%" if used < 10 else f"{used:.3g}x"
 
 
