@@ -1,5 +1,6 @@
-"""nox sessions: `parity` (the check, on both fixtures), `tests` (the fast suite), `full` (the rest of the
-suite but the trainings), `slow` (the 4,000-step trainings), `lint`, `fixtures`, `bench`, `install_check`.
+"""nox sessions: `parity` (the check, on every fixture: the toy, the stress fixture, the toy Llama), `tests` (the
+fast suite), `full` (the rest of the suite but the trainings), `slow` (the 4,000-step trainings), `lint`,
+`fixtures`, `bench`, `install_check`.
 
 Dependencies are declared once, in pyproject.toml's extras; sessions install the project from it.
 nox's virtualenv backend is used on purpose: uv would download a multi-GB CUDA build of torch,
@@ -92,8 +93,8 @@ def _drop_browser_backends(posargs: list[str]) -> list[str]:
 
 
 def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:
-    """(fixture, `parity run` args) for each fixture the session checks: the toy and the stress fixture, or
-    only the one `--fixture` names among the args."""
+    """(fixture, `parity run` args) for each fixture the session checks: the toy, the stress fixture and the toy
+    Llama (the second model family), or only the one `--fixture` names among the args."""
     for i, arg in enumerate(posargs):
         if arg == "--fixture" and i + 1 < len(posargs):
             return [(posargs[i + 1], ["--no-skip", *posargs])]
@@ -103,6 +104,8 @@ def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:
         ("fixtures/toy", ["--no-skip", *posargs]),
         ("fixtures/toy-stress", ["--no-skip", "--fixture", "fixtures/toy-stress",
                                  *_report_paths_for(posargs, "toy-stress")]),
+        ("fixtures/toy-llama", ["--no-skip", "--fixture", "fixtures/toy-llama",
+                                *_report_paths_for(posargs, "toy-llama")]),
     ]
 
 
