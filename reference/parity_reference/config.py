@@ -45,14 +45,20 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
         """Build a config from a manifest's `config` object; unknown or missing keys are errors."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        missing = sorted(known - set(data))
-        if missing:
-            raise ValueError(f"missing config keys: {', '.join(missing)}")
-        return cls(**data)
+        return cls(**checked_fields(cls, data))
+
+
+def checked_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` when its keys are exactly the dataclass `cls`'s fields; ValueError naming the unknown or missing ones.
+    Every family's config reads a manifest's `config` object through it."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    missing = sorted(known - set(data))
+    if missing:
+        raise ValueError(f"missing config keys: {', '.join(missing)}")
+    return data
 
 
 # The lesson's toy: 12 words, d = 8, 2 blocks of 2 heads, sinusoidal positions.

@@ -9,7 +9,7 @@ biases, the tying. The parameter names are Hugging Face `LlamaForCausalLM`'s.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 RopePairing = Literal["half", "interleaved"]
@@ -71,14 +71,9 @@ class LlamaConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LlamaConfig:
         """Build a config from a manifest's `config` object; unknown or missing keys are errors."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        missing = sorted(known - set(data))
-        if missing:
-            raise ValueError(f"missing config keys: {', '.join(missing)}")
-        return cls(**data)
+        from parity_reference.config import checked_fields
+
+        return cls(**checked_fields(cls, data))
 
 
 # The toy Llama: d_model 16, 2 blocks of 4 query heads sharing 2 key/value heads, untied, half pairing.
