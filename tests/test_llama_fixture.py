@@ -61,6 +61,7 @@ def test_export_check_regenerates_the_committed_toy_llama() -> None:
     assert any("weights regenerated from seed 0: bit-identical" in line for line in lines)
 
 
+@pytest.mark.full  # about 10 s: the goldens and three ONNX graphs written and run again
 def test_export_toy_llama_writes_the_same_fixture(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from parity_harness._authoring.presets import export_toy_llama

@@ -4,9 +4,13 @@ work that lasts over a second; and the default terminal report of a passing run 
 from __future__ import annotations
 
 import io
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from parity_harness._cli.progress import CLEAR_LINE, ProgressLine
 from parity_harness._core.sanitize import SafeStream
@@ -59,14 +63,18 @@ def test_progress_survives_a_backend_that_swaps_sys_stderr(monkeypatch: object) 
     assert "transformerlens" in out.getvalue()
 
 
-def test_a_passing_run_prints_under_40_lines_ending_with_its_fixture(toy_dir: Path) -> None:
-    proc = run_cli("run", "--fixture", str(toy_dir))
+@pytest.mark.parametrize("full_run", ["toy"], indirect=True)
+def test_a_passing_run_prints_under_40_lines_ending_with_its_fixture(
+    full_run: tuple[Path, subprocess.CompletedProcess[str], Any],
+) -> None:
+    """The suite's one run of every built-in backend on the toy (tests/conftest.py `full_run`): its terminal report."""
+    _, proc, _ = full_run
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert len(lines) <= 40, proc.stdout
-    assert lines[-1].startswith("PASS: ") and "; fixture " in lines[-1] and lines[-1].endswith("toy")
-    assert len(proc.stderr.splitlines()) <= 15, proc.stderr  # no per-case progress outside a terminal
+    assert lines[-1].startswith("PASS: ") and lines[-1].endswith("; fixture fixtures/toy")
     assert sum(1 for ln in lines if ln.startswith("typescript ") and " vs " in ln) == 2  # one line per tier
+    assert not any(" OK    max_abs" in ln for ln in lines)  # no per-tap rows without -v
 
 
 def test_a_failing_run_ends_with_the_first_divergence_and_a_verdict_naming_its_tap(tmp_path: Path) -> None:
