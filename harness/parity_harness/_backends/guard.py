@@ -331,13 +331,17 @@ class _StreamWatch:
             cls._in_flight += 1
             cls._started += 1
             self.mark = cls._started
-        self.before = (sys.stdout, sys.stderr)
+            self.silences = _silence_entries()
+            self.before = (sys.stdout, sys.stderr)
 
     def end(self) -> str:
         cls = type(self)
         with cls._lock:
             cls._in_flight -= 1
-            solo = self.solo and cls._started == self.mark and not _silencing()
+            # solo: no other call began, and no silencing began or is on (another thread's `silenced` swaps the
+            # streams for a while: not this call's doing)
+            solo = (self.solo and cls._started == self.mark and not _silencing()
+                    and _silence_entries() == self.silences)
         problems = []
         for attr, fd, before in (("stdout", 1, self.before[0]), ("stderr", 2, self.before[1])):
             now = getattr(sys, attr)
@@ -355,6 +359,12 @@ def _silencing() -> bool:
     from parity_harness._backends import quiet
 
     return quiet._depth > 0
+
+
+def _silence_entries() -> int:
+    from parity_harness._backends import quiet
+
+    return quiet._entries
 
 
 def _unusable(stream: object) -> bool:

@@ -44,6 +44,7 @@ class _Sink:
 
 _lock = threading.Lock()
 _depth = 0
+_entries = 0  # how many times silencing began (0 -> 1 thread inside): a stream check spanning one cannot judge
 _saved: dict[str, Any] = {}
 _levels: dict[str, int] = {}  # a logger's level before the first `silenced` that named it
 _fds: dict[int, int] = {}  # while silenced: fd 1 and 2 -> a duplicate of what they were (restored at the end)
@@ -55,9 +56,10 @@ CAPTURE_TAIL = 8192  # bytes of it kept
 def silenced(loggers: tuple[str, ...] = ()) -> Iterator[None]:
     """Warnings, log records below ERROR (the root logger's and `loggers`') and prints dropped until the last
     thread inside leaves."""
-    global _depth
+    global _depth, _entries
     with _lock:
         if _depth == 0:
+            _entries += 1
             keep = warnings.catch_warnings()
             keep.__enter__()
             warnings.simplefilter("ignore")
