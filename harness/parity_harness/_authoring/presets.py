@@ -25,7 +25,8 @@ The Llama family (manifest "family": "llama", parity_reference/llama_model.py co
 blocks of 4 query heads sharing 2 key/value heads, d_mlp 32, untied, half pairing, weights
 `llama_model.init_params(config, seed)`, the toy's vocabulary, cases and decoding prompts, the toy's default
 tolerances, its ONNX graphs (`export_onnx_for`). `llama-mini` (toy size, 8 blocks) and `llama-small` (d 768,
-12 blocks of 12 heads sharing 4 key/value heads, d_mlp 2,048, V 32,000 random tokens) are made like gpt2-mini/gpt2-small:
+12 blocks of 12 heads sharing 4 key/value heads, d_mlp 2,048, V 32,000 random tokens) are made like
+gpt2-mini/gpt2-small:
 random cases, probs and the lens on the last LENS_ROWS positions, scaled tolerances (c as measured on
 gpt2-small), not committed.
 """
