@@ -219,24 +219,18 @@ def _write_extra_reports(args: argparse.Namespace, report: Report, fixture: Fixt
 
 def cmd_lens(args: argparse.Namespace) -> int:
     from parity_harness._core.output_paths import check_output_paths
-    from parity_harness._tools.lens import REFERENCE_PRECISIONS, reference_only, run_lens
+    from parity_harness._tools.lens import run_lens, select_lens_backends
 
     check_output_paths({"--plot": args.plot}, input_dirs={args.fixture: "the fixture directory"})
     _check_plot(args.plot)
     fixture = load_fixture(args.fixture)
-    names = parse_names(args.backends)
-    if names is not None and args.all_backends:
-        raise ParityError("--backends and --all-backends: give one (--backends names the backends to check)")
-    backends, skipped, _ = select_backends(names)
-    reference = names is None and not args.all_backends  # the default: the reference backends, fp32 and fp64
-    if reference:
-        backends, skipped = reference_only(backends, skipped)
-    for line in skipped:
+    chosen = select_lens_backends(parse_names(args.backends), args.all_backends)  # every rule is below the CLI
+    for line in chosen.skipped:
         print(f"parity: skipped: {line}", file=sys.stderr)
-    return for_verdict(run_lens(fixture, args.case, backends, Path(args.plot) if args.plot is not None else None,
-                                default_selection=names is None, out=sys.stdout,
-                                progress=None if args.quiet else _progress,
-                                precisions=REFERENCE_PRECISIONS if reference else None))
+    return for_verdict(run_lens(fixture, args.case, chosen.backends,
+                                Path(args.plot) if args.plot is not None else None,
+                                default_selection=chosen.default, out=sys.stdout,
+                                progress=None if args.quiet else _progress, precisions=chosen.precisions))
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:

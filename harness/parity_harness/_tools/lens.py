@@ -41,6 +41,31 @@ def reference_only(chosen: Sequence[GuardedBackend], skipped: Sequence[str]) -> 
             [line for line in skipped if any(line.startswith(n) for n in names)])
 
 
+@dataclass(frozen=True)
+class LensSelection:
+    """What `parity lens` checks: the backends, the skip lines that concern them, the precisions (None: every one
+    each computes in), and whether it is a default selection."""
+
+    backends: list[GuardedBackend]
+    skipped: list[str]
+    precisions: tuple[Precision, ...] | None
+    default: bool
+
+
+def select_lens_backends(names: list[str] | None, all_backends: bool) -> LensSelection:
+    """The lens's request, checked: `names` (None: not given) or every available backend, or by default the
+    reference backends in fp32 and fp64. Both `names` and `all_backends` is one line (ParityError)."""
+    from parity_harness._run.request import select_backends
+
+    if names is not None and all_backends:
+        raise ParityError("--backends and --all-backends: give one (--backends names the backends to check)")
+    backends, skipped, _ = select_backends(names)
+    if names is None and not all_backends:  # the default: the reference backends, fp32 and fp64
+        narrowed, kept = reference_only(backends, skipped)
+        return LensSelection(narrowed, kept, REFERENCE_PRECISIONS, True)
+    return LensSelection(list(backends), list(skipped), None, names is None)
+
+
 @dataclass
 class LensGrid:
     """The golden lens of one case, and where backends' top guesses differ from it."""
