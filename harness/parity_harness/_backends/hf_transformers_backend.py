@@ -46,7 +46,7 @@ the vocabulary.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
@@ -164,39 +164,50 @@ class HFTransformersBackend(Backend):
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         model = hf_model(weights, config, precision)  # pops each array as it converts it
         wanted = set(self.supported_taps(fixture))
-        lens_rows = fixture.lens_rows()
         H, dh = config.n_head, config.d_head
-        for case in fixture.cases:
-            # Bad input is one clear line (a ParityError), never transformers' IndexError.
-            if not 1 <= len(case.tokens) <= config.n_ctx:
-                raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
-            bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
-            if bad:
-                raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
-            taps: dict[str, torch.Tensor] = {}
-            handles = _hooks(model, taps, H, dh)
-            try:
-                with silenced(("transformers",)), torch.no_grad():
-                    tokens = torch.tensor([case.tokens], dtype=torch.int64)  # (1, T)
-                    logits = model(input_ids=tokens, use_cache=False).logits[0]  # (T, V)
-                    taps["logits"] = logits
-                    last = slice(None) if lens_rows is None else slice(-lens_rows, None)
-                    taps["probs"] = torch.softmax(logits[last], dim=-1)  # (rows, V)
-                    streams = [taps[f"blocks.{i}.hook_resid_pre"] for i in range(config.n_layer)]
-                    streams.append(taps[f"blocks.{config.n_layer - 1}.hook_resid_post"])
-                    # The lens: transformers' ln_f and lm_head, every stream's rows in one product (the
-                    # (V, d) table read once, not once per stream).
-                    kept = [stream[last] for stream in streams]  # L + 1 of (rows, d)
-                    lens = model.lm_head(model.transformer.ln_f(torch.cat(kept)))  # ((L + 1) * rows, V)
-                    for k, part in enumerate(lens.split(kept[0].shape[0])):
-                        taps[f"logit_lens.{k}"] = torch.softmax(part, dim=-1)  # (rows, V)
-            finally:
-                for h in handles:
-                    h.remove()
-            # fp16 and bf16 taps leave as float32 arrays holding the same values (exact: a widening cast).
-            widen = precision in ("fp16", "bf16")
-            yield case.name, {tap: (t.detach().to(torch.float32) if widen else t.detach()).contiguous().numpy().copy()
-                              for tap, t in taps.items() if tap in wanted}
+        yield from _cases(fixture, config, precision, wanted, lambda taps: _hooks(model, taps, H, dh),
+                          lambda x: model.lm_head(model.transformer.ln_f(x)), model)
+
+
+def _cases(fixture: Fixture, config: Any, precision: Precision, wanted: set[str],
+           install_hooks: Callable[[dict[str, torch.Tensor]], list[Any]], unembed: Callable[[Any], Any],
+           model: Any, after: Callable[[], None] = lambda: None) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """Every case through transformers' model, its taps recorded by `install_hooks`, for either family: the
+    logits, probs and the logit lens (`unembed`: transformers' final norm and lm_head, every stream's rows in
+    one product, the (V, d) table read once, not once per stream). `after` runs when a case's hooks are removed."""
+    import torch
+
+    lens_rows = fixture.lens_rows()
+    for case in fixture.cases:
+        # Bad input is one clear line (a ParityError), never transformers' IndexError.
+        if not 1 <= len(case.tokens) <= config.n_ctx:
+            raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
+        bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
+        if bad:
+            raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
+        taps: dict[str, torch.Tensor] = {}
+        handles = install_hooks(taps)
+        try:
+            with silenced(("transformers",)), torch.no_grad():
+                tokens = torch.tensor([case.tokens], dtype=torch.int64)  # (1, T)
+                logits = model(input_ids=tokens, use_cache=False).logits[0]  # (T, V)
+                taps["logits"] = logits
+                last = slice(None) if lens_rows is None else slice(-lens_rows, None)
+                taps["probs"] = torch.softmax(logits[last], dim=-1)  # (rows, V)
+                streams = [taps[f"blocks.{i}.hook_resid_pre"] for i in range(config.n_layer)]
+                streams.append(taps[f"blocks.{config.n_layer - 1}.hook_resid_post"])
+                kept = [stream[last] for stream in streams]  # L + 1 of (rows, d)
+                lens = unembed(torch.cat(kept))  # ((L + 1) * rows, V)
+                for k, part in enumerate(lens.split(kept[0].shape[0])):
+                    taps[f"logit_lens.{k}"] = torch.softmax(part, dim=-1)  # (rows, V)
+        finally:
+            for h in handles:
+                h.remove()
+            after()
+        # fp16 and bf16 taps leave as float32 arrays holding the same values (exact: a widening cast).
+        widen = precision in ("fp16", "bf16")
+        yield case.name, {tap: (t.detach().to(torch.float32) if widen else t.detach()).contiguous().numpy().copy()
+                          for tap, t in taps.items() if tap in wanted}
 
 
 def _hooks(model: Any, taps: dict[str, torch.Tensor], H: int, dh: int) -> list[Any]:
@@ -371,42 +382,17 @@ def hf_llama_model(weights: dict[str, np.ndarray], config: Any, precision: Preci
 
 def _llama_run_cases(fixture: Fixture, precision: Precision,
                      wanted: set[str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-    import torch
-
     config = fixture.model.config
     weights = fixture.weights()
     fixture.release_weights()
     model = hf_llama_model(weights, config, precision)
-    lens_rows = fixture.lens_rows()
-    for case in fixture.cases:
-        if not 1 <= len(case.tokens) <= config.n_ctx:
-            raise FixtureError(f"case {case.name!r}: {len(case.tokens)} tokens, expected 1 to {config.n_ctx}")
-        bad = [t for t in case.tokens if not 0 <= t < config.vocab_size]
-        if bad:
-            raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
-        taps: dict[str, torch.Tensor] = {}
-        handles = _llama_hooks(model, taps, config)
-        try:
-            with silenced(("transformers",)), torch.no_grad():
-                tokens = torch.tensor([case.tokens], dtype=torch.int64)  # (1, T)
-                logits = model(input_ids=tokens, use_cache=False).logits[0]  # (T, V)
-                taps["logits"] = logits
-                last = slice(None) if lens_rows is None else slice(-lens_rows, None)
-                taps["probs"] = torch.softmax(logits[last], dim=-1)  # (rows, V)
-                streams = [taps[f"blocks.{i}.hook_resid_pre"] for i in range(config.n_layer)]
-                streams.append(taps[f"blocks.{config.n_layer - 1}.hook_resid_post"])
-                kept = [stream[last] for stream in streams]  # L + 1 of (rows, d)
-                lens = model.lm_head(model.model.norm(torch.cat(kept)))  # ((L + 1) * rows, V)
-                for k, part in enumerate(lens.split(kept[0].shape[0])):
-                    taps[f"logit_lens.{k}"] = torch.softmax(part, dim=-1)  # (rows, V)
-        finally:
-            for h in handles:
-                h.remove()
-            for layer in model.model.layers:
-                layer.self_attn._parity_record = None
-        widen = precision in ("fp16", "bf16")
-        yield case.name, {tap: (t.detach().to(torch.float32) if widen else t.detach()).contiguous().numpy().copy()
-                          for tap, t in taps.items() if tap in wanted}
+
+    def forget() -> None:  # the attention function's recorder, set by _llama_hooks
+        for layer in model.model.layers:
+            layer.self_attn._parity_record = None
+
+    yield from _cases(fixture, config, precision, wanted, lambda taps: _llama_hooks(model, taps, config),
+                      lambda x: model.lm_head(model.model.norm(x)), model, forget)
 
 
 def _llama_hooks(model: Any, taps: dict[str, torch.Tensor], config: Any) -> list[Any]:
