@@ -145,6 +145,20 @@ def check_activation(path: Path, activation: str, exact_gelu: bool) -> None:
                        f"the exact GELU ('gelu'){flag}; refused rather than changed")
 
 
+def _checked_tensor(f: Any, path: Path, key: str, want: tuple[int, ...]) -> tuple[np.ndarray, str]:
+    """One tensor of an open safetensors file, read exactly as float32 after its dtype and shape are checked
+    (`want`): (the array, its stored dtype); FixtureError naming the file and the tensor otherwise."""
+    meta = f.get_slice(key)
+    dtype, shape = str(meta.get_dtype()), tuple(meta.get_shape())
+    if dtype not in (*WIDENED_EXACTLY, "F64"):
+        raise FixtureError(f"{path}: tensor {key!r} is {dtype}; parity reads floating-point weights "
+                           f"only ({', '.join(WIDENED_EXACTLY)}, widened exactly to float32), and "
+                           "refuses to cast others")
+    if shape != want:
+        raise FixtureError(f"{path}: tensor {key!r} has shape {list(shape)}, expected {list(want)}")
+    return _float32(path, key, dtype, f.get_tensor(key)), dtype
+
+
 def _float32(path: Path, key: str, dtype: str, tensor: Any) -> np.ndarray:
     """A safetensors tensor (torch) as float32, exactly, or FixtureError naming the tensor."""
     import torch
@@ -193,16 +207,7 @@ def read_hf_weights(path: Path, config: GPTConfig, tied: bool = True) -> tuple[d
                     continue
                 if name != "lm_head.weight" and name not in expected:
                     raise FixtureError(f"{path}: unexpected tensor {key!r} (not a GPT-2 parameter)")
-                meta = f.get_slice(key)
-                dtype, shape = str(meta.get_dtype()), tuple(meta.get_shape())
-                if dtype not in (*WIDENED_EXACTLY, "F64"):
-                    raise FixtureError(f"{path}: tensor {key!r} is {dtype}; parity reads floating-point weights "
-                                       f"only ({', '.join(WIDENED_EXACTLY)}, widened exactly to float32), and "
-                                       "refuses to cast others")
-                want = expected.get(name, expected["wte.weight"])
-                if shape != want:
-                    raise FixtureError(f"{path}: tensor {key!r} has shape {list(shape)}, expected {list(want)}")
-                tensor = _float32(path, key, dtype, f.get_tensor(key))
+                tensor, dtype = _checked_tensor(f, path, key, expected.get(name, expected["wte.weight"]))
                 if name == "lm_head.weight":
                     lm_head = tensor
                     continue
@@ -343,16 +348,8 @@ def read_hf_llama_weights(path: Path, config: LlamaConfig) -> tuple[dict[str, np
                     continue
                 if name not in expected and not (name == "lm_head.weight" and config.tied):
                     raise FixtureError(f"{path}: unexpected tensor {key!r} (not a parameter of this Llama)")
-                meta = f.get_slice(key)
-                dtype, shape = str(meta.get_dtype()), tuple(meta.get_shape())
-                if dtype not in (*WIDENED_EXACTLY, "F64"):
-                    raise FixtureError(f"{path}: tensor {key!r} is {dtype}; parity reads floating-point weights "
-                                       f"only ({', '.join(WIDENED_EXACTLY)}, widened exactly to float32), and "
-                                       "refuses to cast others")
-                want = expected.get(name, expected["model.embed_tokens.weight"])
-                if shape != want:
-                    raise FixtureError(f"{path}: tensor {key!r} has shape {list(shape)}, expected {list(want)}")
-                tensor = _float32(path, key, dtype, f.get_tensor(key))
+                tensor, dtype = _checked_tensor(f, path, key,
+                                                expected.get(name, expected["model.embed_tokens.weight"]))
                 if name == "lm_head.weight" and config.tied:
                     lm_head = tensor
                     continue
