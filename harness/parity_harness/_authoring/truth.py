@@ -16,7 +16,7 @@ golden is measured against (tests/test_llama_fixture.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -156,15 +156,23 @@ def truth_taps(weights: Mapping[str, np.ndarray], config: GPTConfig, tokens: Seq
         ln, scale, nrm = _layer_norm(stream, lnf_w, lnf_b, config.ln_eps, mp)
         return _linear(ln, wte_t, None, mp), scale, nrm
 
+    _head_taps(rec, unembed, x, streams, config.vocab_size, mp)
+    return {name: np.array([[float(v) for v in row] for row in value], dtype=np.float64).reshape(shapes[name])
+            for name, value in taps.items()}
+
+
+def _head_taps(rec: Callable[[str, Mat, tuple[int, ...]], None], unembed: Callable[[Mat], tuple[Mat, Mat, Mat]],
+               x: Mat, streams: list[Mat], vocab: int, mp: Any) -> None:
+    """The final norm's taps, the logits, probs and every stream's logit lens, for either family (`unembed`: the
+    family's final norm and output layer, returning (logits, scale, normalized))."""
+    n, d = len(x), len(x[0])
     logits, sf, nf = unembed(x)
     rec("ln_final.hook_scale", sf, (n, 1))
     rec("ln_final.hook_normalized", nf, (n, d))
-    rec("logits", logits, (n, config.vocab_size))
-    rec("probs", [_softmax_row(row, mp) for row in logits], (n, config.vocab_size))
-    for k_, stream in enumerate(streams):
-        rec(f"logit_lens.{k_}", [_softmax_row(row, mp) for row in unembed(stream)[0]], (n, config.vocab_size))
-    return {name: np.array([[float(v) for v in row] for row in value], dtype=np.float64).reshape(shapes[name])
-            for name, value in taps.items()}
+    rec("logits", logits, (n, vocab))
+    rec("probs", [_softmax_row(row, mp) for row in logits], (n, vocab))
+    for k, stream in enumerate(streams):
+        rec(f"logit_lens.{k}", [_softmax_row(row, mp) for row in unembed(stream)[0]], (n, vocab))
 
 
 def _rms_norm(x: Mat, weight: Vec, eps: float, mp: Any) -> tuple[Mat, Mat, Mat]:
@@ -280,13 +288,7 @@ def llama_truth_taps(weights: Mapping[str, np.ndarray], config: LlamaConfig, tok
         ln, scale, nrm = _rms_norm(stream, norm_w, config.rms_eps, mp)
         return _linear(ln, head_t, None, mp), scale, nrm
 
-    logits, sf, nf = unembed(x)
-    rec("ln_final.hook_scale", sf, (n, 1))
-    rec("ln_final.hook_normalized", nf, (n, d))
-    rec("logits", logits, (n, config.vocab_size))
-    rec("probs", [_softmax_row(row, mp) for row in logits], (n, config.vocab_size))
-    for k_, stream in enumerate(streams):
-        rec(f"logit_lens.{k_}", [_softmax_row(row, mp) for row in unembed(stream)[0]], (n, config.vocab_size))
+    _head_taps(rec, unembed, x, streams, config.vocab_size, mp)
     return {name: np.array([[float(v) for v in row] for row in value], dtype=np.float64).reshape(shapes[name])
             for name, value in taps.items()}
 
