@@ -1,6 +1,7 @@
-"""Shared pytest fixtures: the committed toy fixture, writable copies of it, a CLI runner, and the two
-expensive things several modules read, each made once per session (once per xdist worker): a generated
-gpt2-mini with its ONNX graphs, and the full run of every built-in backend on each committed fixture.
+"""Shared pytest fixtures and hooks (the helper functions live in tests/helpers.py): the committed toy fixture,
+writable copies of it, and the two expensive things several modules read, each made once per session (once per
+xdist worker): a generated gpt2-mini with its ONNX graphs, and the full run of every built-in backend on each
+committed fixture.
 
 `nox -s tests` runs the tests marked neither `full` nor `slow`; `nox -s full` those marked `full` (pyproject.toml).
 """
@@ -12,24 +13,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from parity_harness._fixture.fixture import MANIFEST, sha256_file
-from parity_harness._fixture.schema import manifest_digest
-
-REPO = Path(__file__).resolve().parent.parent
-# Set by `nox -s tests` (and so by CI): a skip there means a built-in backend's dependency is
-# missing from the environment, which must fail the run instead of hiding a backend.
-REQUIRE_ALL = os.environ.get("PARITY_REQUIRE_ALL_BACKENDS") == "1"
-TOY = REPO / "fixtures" / "toy"
-# A real test vector from another machine: the toy's weights, goldens and ONNX graphs recomputed on AVX-512.
-AVX512_VECTOR = REPO / "tests" / "data" / "toy-avx512"
+from parity_harness._fixture.fixture import MANIFEST
+from tests.helpers import REPO, REQUIRE_ALL, TOY, full_run_backends, run_cli
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -156,10 +148,9 @@ def full_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     Made once per pytest session, shared by every test that reads it, across xdist workers too (the first
     to need it runs it under a lock in the session's shared temporary directory; the others read its
     result). The toy's is in the fast set (every built-in backend the default `parity run` runs, but
-    torch-compile: tests/test_parity_full.py, `full_run_backends`); the stress fixture's is marked full and runs
+    torch-compile: tests/helpers.py, `full_run_backends`); the stress fixture's is marked full and runs
     every built-in backend.
     """
-    from tests.test_parity_full import full_run_backends
 
     fixture = REPO / "fixtures" / request.param
     shared = _session_dir(tmp_path_factory)
@@ -181,58 +172,3 @@ def fixture_copy(tmp_path: Path, toy_dir: Path) -> Path:
     dst = tmp_path / "toy"
     shutil.copytree(toy_dir, dst)
     return dst
-
-
-def reseal(root: Path, manifest: dict, rehash_files: bool = False) -> None:  # type: ignore[type-arg]
-    """Write `manifest` with its sha256 table (if `rehash_files`) and its seal recomputed, unchecked."""
-    if rehash_files:
-        manifest["sha256"] = {name: sha256_file(root / name) for name in manifest["sha256"]}
-    manifest["manifest_sha256"] = manifest_digest(manifest)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
-
-
-def rehash(root: Path) -> None:
-    """Rewrite the manifest's sha256 table and seal after a test changed a file on purpose."""
-    reseal(root, json.loads((root / MANIFEST).read_text()), rehash_files=True)
-
-
-def edit_manifest(root: Path, change: Callable[[dict], object], rehash_files: bool = False,  # type: ignore[type-arg]
-                  seal: bool = True) -> None:
-    """Change the manifest, re-sealed (as a reviewed edit would be) unless `seal` is False."""
-    manifest = json.loads((root / MANIFEST).read_text())
-    change(manifest)
-    if seal:
-        reseal(root, manifest, rehash_files)
-    else:
-        (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`python -m parity_harness ARGS` in a subprocess, as a user would run it."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "parity_harness", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=REPO)
-
-
-def cli_with_backends(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], module: str,
-                      classes: Sequence[type]) -> Callable[..., tuple[int, str, str]]:
-    """`parity ARGS` in-process with `classes` (defined in `module`) registered as entry points beside the real
-    backends: (exit code, stdout, stderr). The tests' one way to run fake backends through the real CLI."""
-    from importlib.metadata import EntryPoint
-
-    import parity_harness._backends.registry as registry
-    import parity_harness._cli.main as cli
-
-    real = registry.backend_entry_points()
-    registered = {**real, **{c.name: EntryPoint(c.name, f"{module}:{c.__name__}", registry.GROUP)  # type: ignore[attr-defined]
-                             for c in classes}}
-    monkeypatch.setattr(registry, "backend_entry_points", lambda: registered)
-    monkeypatch.setattr(cli, "backend_entry_points", lambda: registered)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = cli.main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run

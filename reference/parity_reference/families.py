@@ -251,7 +251,7 @@ def load_family(name: str) -> Family:
 
 def typescript_module(name: str) -> str:
     """The family's table as a TypeScript module (ts_model/model/family-{name}.ts): the same data, for the model
-    that runs in Node and the browser. Generated, never edited: tests/test_families.py keeps the file equal."""
+    that runs in Node and the browser. Generated, never edited: tests/families/test_families.py keeps the file equal."""
     data = json.loads(resources.files("parity_reference").joinpath("families", f"{name}.json").read_text("utf-8"))
     load_family(name)  # checked first
     const = name.upper().replace("-", "_") + "_FAMILY"
@@ -260,7 +260,7 @@ def typescript_module(name: str) -> str:
             f'  "taps": [\n{taps},\n  ],\n}}')
     return (f"// The {name} family's tap table, generated from reference/parity_reference/families/{name}.json by\n"
             f"// `python -m parity_reference.families --typescript {name} > ts_model/model/family-{name}.ts`.\n"
-            "// Do not edit: tests/test_families.py checks this file equals what the table generates.\n\n"
+            "// Do not edit: tests/families/test_families.py checks this file equals what the table generates.\n\n"
             'import type { FamilyTable } from "./families.ts";\n\n'
             f"export const {const}: FamilyTable = {body};\n")
 

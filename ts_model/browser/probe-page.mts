@@ -10,7 +10,7 @@
 // line (a text node whose line boxes have more than one top). Then, for
 // every line read on stdin, it reloads the page and prints the same again (what a learner does after
 // editing model.ts); the end of stdin closes Chrome. Trouble is one line on stderr and exit code 2.
-// tests/test_learners_page.py drives it.
+// tests/backends/test_learners_page.py drives it.
 
 import { createInterface } from "node:readline";
 

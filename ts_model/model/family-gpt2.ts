@@ -1,6 +1,6 @@
 // The gpt2 family's tap table, generated from reference/parity_reference/families/gpt2.json by
 // `python -m parity_reference.families --typescript gpt2 > ts_model/model/family-gpt2.ts`.
-// Do not edit: tests/test_families.py checks this file equals what the table generates.
+// Do not edit: tests/families/test_families.py checks this file equals what the table generates.
 
 import type { FamilyTable } from "./families.ts";
 

@@ -5,7 +5,7 @@ ONNX graphs, and manifest.json with the sha256 of every file and the seal (`mani
 hash of the manifest itself). `seal_manifest(root)` re-seals an existing fixture after a reviewed
 edit of its manifest (`parity seal --fixture DIR`). `parity export` (parity_harness/_authoring/export.py)
 uses it for the toy, the conformance kit (parity_harness/_tools/conformance.py) for its derived fixtures, and the
-tests for their random-weight fixtures (tests/fixture_builders.py).
+tests for their random-weight fixtures (tests/helpers.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ platforms (macOS arm64, Windows).
 
 `llama_truth_taps` is the same for the Llama family (parity_reference/llama_model.py: RMSNorm, RoPE with exact
 angles, grouped-query attention, SwiGLU, tied or untied unembedding): the truth the toy-llama fixture's float64
-golden is measured against (tests/test_llama_fixture.py).
+golden is measured against (tests/families/llama/test_llama_fixture.py).
 """
 
 from __future__ import annotations

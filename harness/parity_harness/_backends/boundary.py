@@ -138,7 +138,7 @@ def read_declarations(backend: Backend, name: str) -> Declarations:
         raise BackendMisbehaved(f"backend {name!r}: by_default must be True or False, got "
                                 f"{one_line(repr(by_default))[:80]}")
     # Not inherited: only the class itself can say it changes no process-wide state. A subclass of a concurrent
-    # backend may patch a module while it runs (tests/test_differential.py's float32-positions numpy does).
+    # backend may patch a module while it runs (tests/compare/test_differential.py's float32-positions numpy does).
     concurrent = vars(type(backend)).get("concurrent", False)
     out_of_process = vars(type(backend)).get("out_of_process", False)
     for attr, flag in (("concurrent", concurrent), ("out_of_process", out_of_process)):
@@ -289,7 +289,7 @@ class GuardedBackend:
     registered backend. Its methods are named apart from the contract's (`taps` for `supported_taps`,
     `declined`, `decodes`, `decoded`, `missing`, `forward` and `outputs` for `run`/`run_cases`), so a
     call of a contract method anywhere outside parity_harness/_backends/ is a call past the boundary, and
-    tests/test_hostile_boundary.py looks for one.
+    tests/backends/plugins/test_boundary.py looks for one.
     """
 
     def __init__(self, backend: Backend, declared: Declarations) -> None:

@@ -26,7 +26,7 @@ The rules (docs/spec.md, section 3):
   NaN, before the tolerance: it names the cause where the tolerance alone may not see it.
 Results are plain dataclasses that serialize to JSON with `dataclasses.asdict`. The comparison makes
 no tensor-sized temporaries (`_measure`: slices in reused work rows, cell for cell the rule above);
-tests/test_compare.py holds the whole-array version it replaced as its oracle. The error budget's
+tests/compare/test_compare.py holds the whole-array version it replaced as its oracle. The error budget's
 question alone (max |a - b| against the float64 truth, and where) is `max_abs_error`, on the same slices.
 """
 

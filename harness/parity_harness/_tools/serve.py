@@ -205,7 +205,7 @@ def _ts_dir_set(ts_dir: str | None) -> Iterator[None]:
     """PARITY_TS_DIR as `ts_dir` (None: unset) while the bundler runs (it reads the variable); as it was after.
 
     `parity serve` never changes the variable, so this changes nothing there; a process serving pages of two
-    models (tests/test_browser.py) gets each page's own."""
+    models (tests/backends/test_browser.py) gets each page's own."""
     with _ENV_LOCK:
         before = os.environ.get("PARITY_TS_DIR")
         if before == ts_dir:

@@ -72,7 +72,7 @@ infinity or NaN: such a number (an infinite error of a structural failure: shape
 mismatch; a -inf cell of a masked score) is written as null, and the object holding it names it in an
 added member, `"nonfinite": {field: "inf" | "-inf" | "nan"}` (added in version 1: a reader that knows it
 restores the value; an older reader sees the nulls it always saw). The whole schema is a file,
-parity_harness/_views/report.schema.json, checked against real reports by tests/test_report_schema.py.
+parity_harness/_views/report.schema.json, checked against real reports by tests/views/test_report_schema.py.
 
 Also added in version 1: `usable`. A command that ends in an error (exit 2, or 130 when interrupted)
 after its report paths were checked writes, instead of a report, a marker that `parity merge` refuses

@@ -2,7 +2,7 @@
 
 The schema describes version 1 as `parity run|compare|merge --json` write it (the field list is in
 `parity_harness._views.console`'s docstring and docs/reports.md): a report, or the unusable marker a command that
-ended in an error leaves. tests/test_report_schema.py validates real reports against it, so the file and the
+ended in an error leaves. tests/views/test_report_schema.py validates real reports against it, so the file and the
 writer cannot drift apart.
 """
 

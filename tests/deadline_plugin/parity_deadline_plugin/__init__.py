@@ -1,7 +1,7 @@
 """Backends that outlive their deadline, leave a thread running or break sys.stdout/sys.stderr.
 
 Registered through `parity_deadline_plugin-0.1.0.dist-info/entry_points.txt` beside this package: putting
-`tests/deadline_plugin` on PYTHONPATH makes `parity` find them (tests/test_deadlines_and_exits.py). Each one
+`tests/deadline_plugin` on PYTHONPATH makes `parity` find them (tests/run/test_deadlines_and_exits.py). Each one
 computes a perfect answer (a copy of the golden taps) or none at all, and misbehaves in exactly one way.
 """
 

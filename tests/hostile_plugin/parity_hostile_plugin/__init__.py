@@ -3,7 +3,7 @@
 Registered through `parity_hostile_plugin-0.1.0.dist-info/entry_points.txt` beside this package:
 putting `tests/hostile_plugin` on PYTHONPATH is enough for `importlib.metadata` to find them, so
 the tests drive them through the real entry-point discovery in a subprocess
-(tests/test_hostile_plugins.py). Every backend starts from a perfect answer (a copy of the golden
+(tests/backends/plugins/test_hostile_plugins.py). Every backend starts from a perfect answer (a copy of the golden
 taps) and then misbehaves in exactly one way; the tests check that none of them gets exit 0
 unless the numbers really were compared and agree, and that each failure is one line on stderr.
 """

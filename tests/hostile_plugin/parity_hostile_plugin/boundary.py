@@ -1,7 +1,7 @@
 """Hostile backends for the paths beside the forward run: decoding, generate, lens, check-backend, subclasses.
 
 Each starts from the NumPy backend (the one the docs say to copy), which decodes correctly, and misbehaves
-in one way. tests/test_hostile_boundary.py drives them through the real entry-point discovery.
+in one way. tests/backends/plugins/test_boundary.py drives them through the real entry-point discovery.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Backends for the hostile report and dump tests (tests/test_hostile_reports.py).
+"""Backends for the hostile report and dump tests (tests/run/test_merge_and_dump_inputs.py).
 
 Registered through `parity_report_plugin-0.1.0.dist-info/entry_points.txt` beside this package, as
 tests/hostile_plugin is: putting `tests/report_plugin` on PYTHONPATH lets `importlib.metadata` find

@@ -1,0 +1,1 @@
+"""Writing fixtures: export, presets, the stress fixture, publishable fixtures."""

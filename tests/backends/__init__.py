@@ -1,0 +1,1 @@
+"""The built-in backends, each against the goldens."""

@@ -1,0 +1,1 @@
+"""Backends from outside: the plugin contract, its kit, broken and hostile plugins, the boundary."""

@@ -1,0 +1,1 @@
+"""The comparison rules: the judge, its checks, the error budget, diagnosis, differential runs."""

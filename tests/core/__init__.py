@@ -1,0 +1,1 @@
+"""The core's guarantees: sanitized text, safe files, where writes land."""

@@ -1,0 +1,1 @@
+"""Model families as data (families/*.json); each family's own tests in its folder."""

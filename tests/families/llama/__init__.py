@@ -1,0 +1,1 @@
+"""The Llama family: every Llama test."""

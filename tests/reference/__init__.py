@@ -1,0 +1,1 @@
+"""The reference models (parity_reference): taps, parameters, grammar, training."""

@@ -1,0 +1,1 @@
+"""parity run: the full gate, lanes, deadlines, decoding, dumps and merging of reports."""

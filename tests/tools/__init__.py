@@ -1,0 +1,1 @@
+"""The tools: selftest, lens, attribute, generate, serve."""

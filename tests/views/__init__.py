@@ -1,0 +1,1 @@
+"""The views of a run: console, JSON, JUnit, Markdown, plots."""
