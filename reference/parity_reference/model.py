@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from parity_reference.config import GPTConfig, param_shapes
+from parity_reference.tensor_check import WEIGHTS, Expected, TensorCheckError, check_table, check_values
 
 Taps = dict[str, Tensor]
 
@@ -352,8 +353,9 @@ def decode(
     return [(lg.clone(), [(kk.contiguous().clone(), vv.contiguous().clone()) for kk, vv in c]) for lg, c in out]
 
 
-class WeightsError(ValueError):
-    """A weights file that cannot be used: unreadable, or a tensor missing, extra, mis-shaped or non-finite."""
+class WeightsError(TensorCheckError):
+    """A weights file that cannot be used: unreadable, or a tensor missing, extra, mis-typed, mis-shaped or
+    non-finite (the message of parity_reference/tensor_check.py, which every reader of weights uses)."""
 
 
 def save_weights(params: Mapping[str, Tensor], path: str | Path) -> None:
@@ -363,35 +365,37 @@ def save_weights(params: Mapping[str, Tensor], path: str | Path) -> None:
     save_file({k: v.detach().to(torch.float32).contiguous() for k, v in params.items()}, str(path))
 
 
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # the safetensors dtypes `load_weights` takes and casts
+
+
 def load_weights(path: str | Path, config: GPTConfig, dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
-    """Read and check a safetensors weights file; the tensors are cast to `dtype`.
+    """Read and check a safetensors weights file, one tensor at a time; the tensors are cast to `dtype`.
 
-    Accepts a Hugging Face GPT2LMHeadModel file too: a leading `transformer.` is dropped, and
-    `lm_head.weight` is dropped when it equals `wte.weight` (tied).
+    The check is the one every reader of weights makes (parity_reference/tensor_check.py): every parameter
+    present, a floating-point dtype (`FLOAT_DTYPES`), its shape, nothing extra (from the header, before any
+    tensor is read), then each tensor finite. Accepts a Hugging Face GPT2LMHeadModel file too: a leading
+    `transformer.` is dropped, and `lm_head.weight` is dropped when it equals `wte.weight` (tied).
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError, safe_open
 
+    expected = param_shapes(config)
+    table = {name: Expected(FLOAT_DTYPES, shape) for name, shape in expected.items()}
     try:
-        raw = load_file(str(path))
+        with safe_open(str(path), framework="pt") as f:
+            keys = {key.removeprefix("transformer."): key for key in f.keys()}  # noqa: SIM118 (not a mapping)
+            found = {name: (str(f.get_slice(key).get_dtype()), tuple(f.get_slice(key).get_shape()))
+                     for name, key in keys.items()}
+            if "lm_head.weight" in keys and "wte.weight" in keys and torch.equal(
+                    f.get_tensor(keys["lm_head.weight"]), f.get_tensor(keys["wte.weight"])):
+                del found["lm_head.weight"]  # tied
+            check_table(path, found, table, WEIGHTS)
+            params: dict[str, Tensor] = {}
+            for name in expected:
+                t = f.get_tensor(keys[name])  # one tensor of the file at a time
+                check_values(path, name, (t.float() if t.dtype == torch.bfloat16 else t).numpy(), WEIGHTS)
+                params[name] = t.to(dtype)
+    except TensorCheckError as exc:
+        raise WeightsError(str(exc)) from None
     except (SafetensorError, OSError, ValueError) as exc:
         raise WeightsError(f"{path}: not a readable safetensors file ({exc})") from None
-    tensors = {k.removeprefix("transformer."): v for k, v in raw.items()}
-    lm_head, wte = tensors.get("lm_head.weight"), tensors.get("wte.weight")
-    if lm_head is not None and wte is not None and torch.equal(lm_head, wte):
-        del tensors["lm_head.weight"]
-    expected = param_shapes(config)
-    for name, shape in expected.items():
-        if name not in tensors:
-            raise WeightsError(f"{path}: missing tensor {name!r} (expected shape {list(shape)})")
-        t = tensors[name]
-        if tuple(t.shape) != shape:
-            raise WeightsError(f"{path}: tensor {name!r} has shape {list(t.shape)}, expected {list(shape)}")
-        if not t.is_floating_point():
-            raise WeightsError(f"{path}: tensor {name!r} has dtype {t.dtype}, expected a float type")
-        if not torch.isfinite(t).all():
-            raise WeightsError(f"{path}: tensor {name!r} has non-finite values (NaN or Inf)")
-    extra = sorted(set(tensors) - set(expected))
-    if extra:
-        raise WeightsError(f"{path}: unexpected tensor(s) {', '.join(map(repr, extra))}")
-    return {name: tensors[name].to(dtype) for name in expected}
+    return params

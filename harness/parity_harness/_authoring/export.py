@@ -27,9 +27,12 @@ import numpy as np
 
 from parity_harness._compare.judge import compare_tensors
 from parity_harness._core.errors import FixtureError
+from parity_harness._core.precision import TIERS, Precision
 from parity_harness._core.status import Verdict
 from parity_harness._core.text import num_text
-from parity_harness._fixture.fixture import MANIFEST, Case, Fixture, load_fixture, read_safetensors
+from parity_harness._fixture.decoding import decoding_table
+from parity_harness._fixture.files import open_checked, read_checked
+from parity_harness._fixture.fixture import MANIFEST, Case, Fixture, load_fixture
 from parity_harness._fixture.platforms import (
     CROSS_PLATFORM_RULE,
     current_platform,
@@ -38,6 +41,7 @@ from parity_harness._fixture.platforms import (
     same_platform,
     training_platform,
 )
+from parity_reference.tensor_check import DECODING_GOLDEN, GOLDEN
 
 RETRAIN_LOSS_RTOL = 0.01  # on another platform: held-out loss of retrained vs committed weights, docs/fixtures.md
 SEED = 0
@@ -207,9 +211,9 @@ def check_goldens(fixture: Fixture, regen: Path, bit_identical: bool, say: Progr
     tensor is judged by the cross-platform rule (parity_harness._fixture.platforms), through `compare_tensors`.
     """
     problems: list[str] = []
-    pairs: list[tuple[str, Path, Path, bool]] = [
+    pairs: list[tuple[Precision, Path, Path, bool]] = [
         (precision, regen / f"golden.{precision}.safetensors", fixture.golden_path(precision), bit_identical)
-        for precision in ("fp32", "fp64")
+        for precision in TIERS
     ]
     decoding = fixture.files.get("decoding")
     if isinstance(decoding, dict) and fixture.decoding() is not None:
@@ -219,36 +223,48 @@ def check_goldens(fixture: Fixture, regen: Path, bit_identical: bool, say: Progr
         say(f"decoding goldens made on: {describe(made_on)}; rule: "
             f"{'bit-identical' if same else 'cross-platform'}")
         pairs += [(precision, regen / str(decoding[precision]), fixture.root / str(decoding[precision]), same)
-                  for precision in ("fp32", "fp64")]
+                  for precision in TIERS]
     for precision, ours_path, theirs_path, bit_identical in pairs:
-        label = precision if "decode" not in theirs_path.name else f"decoding {precision}"
-        ours = read_safetensors(ours_path)
-        theirs = read_safetensors(theirs_path)
-        if set(ours) != set(theirs):
-            problems.append(f"golden {label}: keys differ ({len(set(ours) ^ set(theirs))} keys)")
+        decode = "decode" in theirs_path.name
+        label = precision if not decode else f"decoding {precision}"
+        table = decoding_table(fixture, precision) if decode else fixture.golden_table(precision)
+        kind = DECODING_GOLDEN if decode else GOLDEN
+        theirs = open_checked(theirs_path, table, kind)  # the committed file: a broken one is an error
+        try:
+            ours = open_checked(ours_path, table, kind)
+        except FixtureError as exc:  # the recomputed file: its tensors not the fixture's is a failed check
+            problems.append(f"golden {label}: the recomputed file does not hold the fixture's tensors ({exc})")
             continue
-        differ = [k for k in sorted(ours) if not np.array_equal(ours[k], theirs[k], equal_nan=True)]
+        # One pair of tensors at a time (a GPT-2-sized golden is never all in memory), each file's values
+        # checked as it is read (no NaN).
+        differ: list[str] = []
+        worst_key, worst_abs, worst_allowed, breaking = "", -1.0, 0.0, []
+        for (key, mine), (_, committed) in zip(read_checked(ours, table, kind), read_checked(theirs, table, kind),
+                                              strict=True):
+            if np.array_equal(mine, committed):
+                continue
+            differ.append(key)
+            if bit_identical:
+                continue
+            tap = key.split("/", 1)[1]
+            if precision == "fp32":
+                tol = fixture.tolerances["fp32"].for_tap(tap)
+                atol, rtol = tol.atol, tol.rtol
+            else:
+                atol, rtol = fp64_cross_platform_atol(committed), 0.0
+            cmp = compare_tensors(mine, committed, atol, rtol)
+            allowed = atol + rtol * abs(cmp.expected or 0.0)
+            if not cmp.passed:
+                breaking.append(f"{key} ({cmp.message or f'|diff| {cmp.max_abs:.2e} > {allowed:.2e}'})")
+            if cmp.max_abs > worst_abs:
+                worst_key, worst_abs, worst_allowed = key, cmp.max_abs, allowed
         if bit_identical or not differ:
             status = "bit-identical" if not differ else f"{len(differ)} tensors differ, e.g. {differ[0]!r}"
             say(f"golden {label} recomputed from the committed weights: {status}")
             if differ:
                 problems.append(f"golden {label}: {status}")
             continue
-        worst_key, worst_abs, worst_allowed, breaking = "", -1.0, 0.0, []
-        for key in differ:
-            tap = key.split("/", 1)[1]
-            if precision == "fp32":
-                tol = fixture.tolerances["fp32"].for_tap(tap)
-                atol, rtol = tol.atol, tol.rtol
-            else:
-                atol, rtol = fp64_cross_platform_atol(theirs[key]), 0.0
-            cmp = compare_tensors(ours[key], theirs[key], atol, rtol)
-            allowed = atol + rtol * abs(cmp.expected or 0.0)
-            if not cmp.passed:
-                breaking.append(f"{key} ({cmp.message or f'|diff| {cmp.max_abs:.2e} > {allowed:.2e}'})")
-            if cmp.max_abs > worst_abs:
-                worst_key, worst_abs, worst_allowed = key, cmp.max_abs, allowed
-        status = (f"{len(differ)} of {len(ours)} tensors differ, worst |diff| {worst_abs:.2e} at {worst_key!r} "
+        status = (f"{len(differ)} of {len(table)} tensors differ, worst |diff| {worst_abs:.2e} at {worst_key!r} "
                   f"(allowed there {worst_allowed:.2e})")
         if breaking:
             problems.append(f"golden {label}: {len(breaking)} tensors break the cross-platform rule, "

@@ -49,9 +49,11 @@ import numpy as np
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.strict_json import load_json_object
+from parity_harness._fixture.files import fixture_errors
 from parity_reference.config import GPTConfig, param_shapes
 from parity_reference.llama_config import LlamaConfig
 from parity_reference.llama_config import param_shapes as llama_param_shapes
+from parity_reference.tensor_check import Expected, TensorKind, check_table, check_values
 
 Progress = Callable[[str], None]
 EXACT = "gelu"  # the exact erf GELU: transformers' "gelu", parity's only activation
@@ -145,33 +147,46 @@ def check_activation(path: Path, activation: str, exact_gelu: bool) -> None:
                        f"the exact GELU ('gelu'){flag}; refused rather than changed")
 
 
-def _checked_tensor(f: Any, path: Path, key: str, want: tuple[int, ...]) -> tuple[np.ndarray, str]:
-    """One tensor of an open safetensors file, read exactly as float32 after its dtype and shape are checked
-    (`want`): (the array, its stored dtype); FixtureError naming the file and the tensor otherwise."""
-    meta = f.get_slice(key)
-    dtype, shape = str(meta.get_dtype()), tuple(meta.get_shape())
-    if dtype not in (*WIDENED_EXACTLY, "F64"):
-        raise FixtureError(f"{path}: tensor {key!r} is {dtype}; parity reads floating-point weights "
-                           f"only ({', '.join(WIDENED_EXACTLY)}, widened exactly to float32), and "
-                           "refuses to cast others")
-    if shape != want:
-        raise FixtureError(f"{path}: tensor {key!r} has shape {list(shape)}, expected {list(want)}")
-    return _float32(path, key, dtype, f.get_tensor(key)), dtype
+HF_WEIGHTS = TensorKind("tensor", finite=True, dtype_note=(
+    f"; parity reads floating-point weights only ({', '.join(WIDENED_EXACTLY)}, widened exactly to float32; F64 "
+    "when every value is a float32), and refuses to cast others"))
+
+
+def _checked_tensors(f: Any, path: Path, keys: dict[str, str], expected: dict[str, tuple[int, ...]],
+                     tied_head: str | None) -> dict[str, tuple[np.ndarray, str]]:
+    """The tensors of an open checkpoint (`keys`: parity's name -> the checkpoint's key) checked by the one tensor
+    check (parity_reference/tensor_check.py), each read exactly as float32: {name: (the array, its stored dtype)}.
+
+    The table is `expected`, under the checkpoint's key where it has one (a message names what the file holds),
+    plus `lm_head.weight` with the embedding's (`tied_head`) shape when the checkpoint has one to be compared:
+    every parameter present, nothing else, a dtype of `WIDENED_EXACTLY` or F64, its shape (from the header,
+    before any tensor is read); then each tensor widened (`_float32`) and finite. FixtureError otherwise."""
+    allowed = (*WIDENED_EXACTLY, "F64")
+    table = {keys.get(name, name): Expected(allowed, shape) for name, shape in expected.items()}
+    if tied_head is not None and "lm_head.weight" in keys:
+        table[keys["lm_head.weight"]] = Expected(allowed, expected[tied_head])
+    found = {key: (str(f.get_slice(key).get_dtype()), tuple(f.get_slice(key).get_shape())) for key in keys.values()}
+    with fixture_errors():
+        check_table(path, found, table, HF_WEIGHTS)
+    return {name: (_float32(path, key, found[key][0], f.get_tensor(key)), found[key][0])  # one at a time
+            for name, key in keys.items()}
 
 
 def _float32(path: Path, key: str, dtype: str, tensor: Any) -> np.ndarray:
-    """A safetensors tensor (torch) as float32, exactly, or FixtureError naming the tensor."""
+    """A safetensors tensor (torch) as float32, exactly, its values finite (`check_values`), or FixtureError
+    naming the tensor."""
     import torch
 
-    if dtype == "F64":
-        if not bool(torch.isfinite(tensor).all()):
-            raise FixtureError(f"{path}: tensor {key!r} has non-finite values")
-        narrowed = tensor.to(torch.float32)
-        if not torch.equal(narrowed.to(torch.float64), tensor):
-            raise FixtureError(f"{path}: tensor {key!r} is F64 with values float32 cannot hold; parity's weights "
-                               "are float32 and it refuses to round them")
-        return np.ascontiguousarray(narrowed.numpy())
-    return np.ascontiguousarray(tensor.to(torch.float32).numpy())  # F16, BF16 -> float32 is exact
+    wide = tensor.to(torch.float64 if dtype == "F64" else torch.float32)  # F16, BF16 -> float32 is exact
+    with fixture_errors():
+        check_values(path, key, wide.numpy(), HF_WEIGHTS)
+    if dtype != "F64":
+        return np.ascontiguousarray(wide.numpy())
+    narrowed = wide.to(torch.float32)
+    if not torch.equal(narrowed.to(torch.float64), wide):
+        raise FixtureError(f"{path}: tensor {key!r} is F64 with values float32 cannot hold; parity's weights "
+                           "are float32 and it refuses to round them")
+    return np.ascontiguousarray(narrowed.numpy())
 
 
 def _dtype_summary(dtypes: dict[str, str]) -> str:
@@ -190,9 +205,6 @@ def read_hf_weights(path: Path, config: GPTConfig, tied: bool = True) -> tuple[d
     if not path.is_file():
         raise FixtureError(f"{path}: file not found (parity reads model.safetensors, never a pickled .bin)")
     expected = param_shapes(config)
-    weights: dict[str, np.ndarray] = {}
-    dtypes: dict[str, str] = {}
-    lm_head: np.ndarray | None = None
     try:
         with safe_open(str(path), framework="pt") as f:
             keys: dict[str, str] = {}  # parity's name -> the checkpoint's key
@@ -202,30 +214,17 @@ def read_hf_weights(path: Path, config: GPTConfig, tied: bool = True) -> tuple[d
                     raise FixtureError(f"{path}: tensors {keys[name]!r} and {key!r} are the same parameter "
                                        f"{name!r}; refused rather than choosing one")
                 keys[name] = key
-            for name, key in keys.items():
-                if name.endswith(DROPPED_BUFFERS):
-                    continue
-                if name != "lm_head.weight" and name not in expected:
-                    raise FixtureError(f"{path}: unexpected tensor {key!r} (not a GPT-2 parameter)")
-                tensor, dtype = _checked_tensor(f, path, key, expected.get(name, expected["wte.weight"]))
-                if name == "lm_head.weight":
-                    lm_head = tensor
-                    continue
-                weights[name], dtypes[name] = tensor, dtype
+            keys = {name: key for name, key in keys.items() if not name.endswith(DROPPED_BUFFERS)}
+            if "lm_head.weight" not in keys and not tied:
+                raise FixtureError(f"{path}: config.json says tie_word_embeddings false, and there is no "
+                                   "lm_head.weight; transformers would initialize it at random")
+            read = _checked_tensors(f, path, keys, expected, tied_head="wte.weight")
     except SafetensorError as exc:
         raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
-    missing = [n for n in expected if n not in weights]
-    if missing:
-        raise FixtureError(f"{path}: missing tensor {missing[0]!r} ({len(missing)} missing)")
-    if lm_head is None and not tied:
-        raise FixtureError(f"{path}: config.json says tie_word_embeddings false, and there is no lm_head.weight; "
-                           "transformers would initialize it at random")
-    if lm_head is not None and not np.array_equal(lm_head, weights["wte.weight"]):
+    lm_head = read.pop("lm_head.weight", None)
+    if lm_head is not None and not np.array_equal(lm_head[0], read["wte.weight"][0]):
         raise FixtureError(f"{path}: lm_head.weight differs from wte.weight; parity's GPT-2 ties its embeddings")
-    bad = [n for n, w in weights.items() if not np.isfinite(w).all()]
-    if bad:
-        raise FixtureError(f"{path}: tensor {bad[0]!r} has non-finite values")
-    return {name: weights[name] for name in expected}, _dtype_summary(dtypes)
+    return {name: read[name][0] for name in expected}, _dtype_summary({name: read[name][1] for name in expected})
 
 
 def read_vocab(root: Path, vocab_size: int) -> list[str]:
@@ -331,9 +330,6 @@ def read_hf_llama_weights(path: Path, config: LlamaConfig) -> tuple[dict[str, np
     if not path.is_file():
         raise FixtureError(f"{path}: file not found (parity reads model.safetensors, never a pickled .bin)")
     expected = llama_param_shapes(config)
-    weights: dict[str, np.ndarray] = {}
-    dtypes: dict[str, str] = {}
-    lm_head: np.ndarray | None = None
     try:
         with safe_open(str(path), framework="pt") as f:
             keys: dict[str, str] = {}
@@ -343,30 +339,20 @@ def read_hf_llama_weights(path: Path, config: LlamaConfig) -> tuple[dict[str, np
                     raise FixtureError(f"{path}: tensors {keys[name]!r} and {key!r} are the same parameter "
                                        f"{name!r}; refused rather than choosing one")
                 keys[name] = key
-            for name, key in keys.items():
-                if name.endswith(".rotary_emb.inv_freq"):  # older checkpoints saved RoPE's buffer: computed here
-                    continue
-                if name not in expected and not (name == "lm_head.weight" and config.tied):
-                    raise FixtureError(f"{path}: unexpected tensor {key!r} (not a parameter of this Llama)")
-                tensor, dtype = _checked_tensor(f, path, key,
-                                                expected.get(name, expected["model.embed_tokens.weight"]))
-                if name == "lm_head.weight" and config.tied:
-                    lm_head = tensor
-                    continue
-                weights[name], dtypes[name] = tensor, dtype
+            # older checkpoints saved RoPE's buffer: computed here
+            keys = {name: key for name, key in keys.items() if not name.endswith(".rotary_emb.inv_freq")}
+            if "lm_head.weight" in expected and "lm_head.weight" not in keys:
+                raise FixtureError(f"{path}: missing tensor 'lm_head.weight' (expected shape "
+                                   f"{list(expected['lm_head.weight'])}); config.json says tie_word_embeddings false")
+            read = _checked_tensors(f, path, keys, expected,
+                                    tied_head="model.embed_tokens.weight" if config.tied else None)
     except SafetensorError as exc:
         raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
-    missing = [n for n in expected if n not in weights]
-    if missing:
-        hint = "; config.json says tie_word_embeddings false" if missing[0] == "lm_head.weight" else ""
-        raise FixtureError(f"{path}: missing tensor {missing[0]!r} ({len(missing)} missing){hint}")
-    if lm_head is not None and not np.array_equal(lm_head, weights["model.embed_tokens.weight"]):
+    lm_head = read.pop("lm_head.weight") if config.tied and "lm_head.weight" in read else None
+    if lm_head is not None and not np.array_equal(lm_head[0], read["model.embed_tokens.weight"][0]):
         raise FixtureError(f"{path}: lm_head.weight differs from model.embed_tokens.weight, but config.json says "
                            "tie_word_embeddings true")
-    bad = [n for n, w in weights.items() if not np.isfinite(w).all()]
-    if bad:
-        raise FixtureError(f"{path}: tensor {bad[0]!r} has non-finite values")
-    return {name: weights[name] for name in expected}, _dtype_summary(dtypes)
+    return {name: read[name][0] for name in expected}, _dtype_summary({name: read[name][1] for name in expected})
 
 
 def export_llama_from_hf(checkpoint: Path, root: Path, long: bool, say: Progress, seed: int) -> None:

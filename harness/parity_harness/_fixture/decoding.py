@@ -40,7 +40,7 @@ from parity_harness._fixture.decoding_section import (
     decode_tap_names,
     parse_decoding_section,
 )
-from parity_harness._fixture.model_spec import decode_tap_shape
+from parity_reference.tensor_check import DECODING_GOLDEN, Expected
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -103,37 +103,30 @@ def reference_decode(
     return out
 
 
-def golden_decoding(fixture: Fixture, precision: Precision) -> DecodeOutput:
-    """The decoding goldens of one tier {prompt: {"step{k}/{tap}": array}}: every key, shape, dtype checked, no NaN."""
-    from parity_harness._fixture.files import read_safetensors
-
+def decoding_table(fixture: Fixture, precision: Precision) -> dict[str, Expected]:
+    """What a tier's decoding golden file holds: {"prompt/step{k}/tap": its dtype and shape}, every prompt,
+    step and tap; FixtureError if the fixture has no decoding goldens."""
     decoding = fixture.decoding()
     if decoding is None:
         raise FixtureError(f"{fixture.manifest_path}: the fixture has no decoding goldens")
+    dtype = np.dtype(DTYPES[precision]).name
+    return {f"{prompt.name}/{step_key(k, tap)}": Expected((dtype,), fixture.model.decode_tap_shape(
+                tap, len(prompt.tokens) + k))
+            for prompt in decoding.prompts for k in range(decoding.steps + 1) for tap in decoding.taps}
+
+
+def golden_decoding(fixture: Fixture, precision: Precision) -> DecodeOutput:
+    """The decoding goldens of one tier {prompt: {"step{k}/{tap}": array}}, by the one checked reader (files.py):
+    every key, dtype and shape of `decoding_table` against the header, nothing extra, then no NaN, one tensor at
+    a time (each read-only)."""
+    from parity_harness._fixture.files import open_checked, read_checked
+
+    table = decoding_table(fixture, precision)
     path = fixture.root / fixture.files["decoding"][precision]
-    tensors = read_safetensors(path)
-    dtype = DTYPES[precision]
     out: DecodeOutput = {}
-    expected_keys: set[str] = set()
-    for prompt in decoding.prompts:
-        out[prompt.name] = {}
-        for k in range(decoding.steps + 1):
-            for tap in decoding.taps:
-                key = f"{prompt.name}/{step_key(k, tap)}"
-                expected_keys.add(key)
-                t = tensors.get(key)
-                if t is None:
-                    raise FixtureError(f"{path}: missing decoding golden tensor {key!r}")
-                shape = fixture.model.decode_tap_shape(tap, len(prompt.tokens) + k)
-                if t.dtype != dtype or t.shape != shape:
-                    raise FixtureError(f"{path}: decoding golden tensor {key!r} is {t.dtype} {list(t.shape)}, "
-                                       f"expected {np.dtype(dtype)} {list(shape)}")
-                if np.isnan(t).any():
-                    raise FixtureError(f"{path}: decoding golden tensor {key!r} holds NaN (a broken fixture)")
-                out[prompt.name][step_key(k, tap)] = t
-    extra = sorted(set(tensors) - expected_keys)
-    if extra:
-        raise FixtureError(f"{path}: unexpected decoding golden tensor(s) {', '.join(map(repr, extra[:3]))}")
+    for key, tensor in read_checked(open_checked(path, table, DECODING_GOLDEN), table, DECODING_GOLDEN):
+        prompt, step = key.split("/", 1)  # a prompt's name has no "/" (the manifest's schema)
+        out.setdefault(prompt, {})[step] = tensor
     return out
 
 
@@ -181,7 +174,7 @@ __all__ = [
     "Decoding",
     "Prompt",
     "decode_tap_names",
-    "decode_tap_shape",
+    "decoding_table",
     "encode_words",
     "golden_decoding",
     "parse_decoding",

@@ -1,8 +1,11 @@
-"""Reading a fixture's data files: sha256 in chunks, safetensors as NumPy arrays, read-only copies.
+"""Reading a fixture's data files: sha256, safetensors as NumPy arrays, read-only copies; the checked reader.
 
 The primitives `Fixture` (fixture.py) and the decoding goldens' reader (decoding.py) share, in a module of their
-own so that neither imports the other. `TensorFile` reads a large golden file one tensor at a time, each
-straight into immutable bytes (no second copy), from a header it checked itself (`open_tensor_file`).
+own so that neither imports the other. `TensorFile` reads a file one tensor at a time, each straight into
+immutable bytes (no second copy), from a header it checked itself (`open_tensor_file`). `open_checked` and
+`read_checked` are the one checked reader of golden and weight tensors: the header against what is expected,
+then each tensor's values, by the reference's check (parity_reference/tensor_check.py), whose error becomes a
+`FixtureError` here and nowhere else (`fixture_errors`).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ import numpy as np
 
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.strict_json import StrictJSONError, loads_strict
+from parity_reference.tensor_check import Expected, TensorCheckError, TensorKind, check_table, check_values
 
 
 def sha256_file(path: Path) -> str:
@@ -204,10 +208,39 @@ def _spans(header: dict[str, Any], path: Path, data_start: int, size: int) -> di
     return spans
 
 
+@contextmanager
+def fixture_errors() -> Iterator[None]:
+    """The one place the reference's tensor check (`TensorCheckError`) becomes a `FixtureError`, same message."""
+    try:
+        yield
+    except TensorCheckError as exc:
+        raise FixtureError(str(exc)) from None
+
+
+def open_checked(path: Path, table: Mapping[str, Expected], kind: TensorKind) -> TensorFile:
+    """A safetensors file whose header (`open_tensor_file`) holds exactly the tensors of `table`, with their
+    dtypes and shapes (`check_table`); nothing is read yet. FixtureError naming the file and the tensor."""
+    f = open_tensor_file(path)
+    with fixture_errors():
+        check_table(path, {name: (span.dtype, span.shape) for name, span in f.tensors.items()}, table, kind)
+    return f
+
+
+def read_checked(f: TensorFile, names: Iterable[str], kind: TensorKind) -> Iterator[tuple[str, np.ndarray]]:
+    """Each named tensor of a checked file (`open_checked`), read one at a time (read-only, immutable bytes)
+    and its values checked (`check_values`: finite weights, no NaN in a golden). Consume it to the end."""
+    with f.reading() as read:
+        for name in names:
+            tensor = read(name)
+            with fixture_errors():
+                check_values(f.path, name, tensor, kind)
+            yield name, tensor
+
+
 def _count(x: object) -> bool:
     """A non-negative JSON integer (not a bool)."""
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-__all__ = ["SAFETENSORS_DTYPES", "TensorFile", "TensorSpan", "file_identity", "frozen", "open_tensor_file",
-           "read_safetensors", "sha256_file"]
+__all__ = ["SAFETENSORS_DTYPES", "TensorFile", "TensorSpan", "file_identity", "fixture_errors", "frozen",
+           "open_checked", "open_tensor_file", "read_checked", "read_safetensors", "sha256_file"]

@@ -33,7 +33,7 @@ from parity_harness._core.errors import FixtureError
 from parity_harness._core.input_files import MAX_MANIFEST_BYTES
 from parity_harness._core.precision import DTYPES, TIERS, Precision
 from parity_harness._core.strict_json import load_json_object
-from parity_harness._fixture.files import TensorFile, frozen, open_tensor_file, read_safetensors, sha256_file
+from parity_harness._fixture.files import TensorFile, frozen, open_checked, read_checked, read_safetensors, sha256_file
 from parity_harness._fixture.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -49,6 +49,7 @@ from parity_harness._fixture.manifest import (
 )
 from parity_harness._fixture.tolerances import reduced_atol, tap_magnitude
 from parity_reference.config import GPTConfig
+from parity_reference.tensor_check import GOLDEN, WEIGHTS, Expected
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding_section import Decoding
@@ -301,20 +302,32 @@ class Fixture:
         rows = {self.tap_rows.get(t) for t in lens}
         return rows.pop() if len(rows) == 1 else None
 
-    def _golden_key(self, golden: TensorFile, precision: Precision, case: Case, tap: str) -> str:
-        """The name of one golden tensor in its file, checked against the file's header: present, dtype, shape."""
-        key = f"{case.name}/{tap}"
-        span = golden.tensors.get(key)
-        if span is None:
-            raise FixtureError(f"{golden.path}: missing golden tensor {key!r}")
-        dtype = np.dtype(DTYPES[precision])
-        if span.dtype != dtype.name:
-            raise FixtureError(f"{golden.path}: golden tensor {key!r} is {span.dtype}, expected {dtype}")
-        shape = self.golden_shape(tap, case)
-        if span.shape != shape:
-            raise FixtureError(f"{golden.path}: golden tensor {key!r} has shape {list(span.shape)}, "
-                               f"expected {list(shape)}")
-        return key
+    def golden_table(self, precision: Precision) -> dict[str, Expected]:
+        """What a tier's golden file holds: {"case/tap": its dtype and its golden shape}, every case and tap."""
+        dtype = np.dtype(DTYPES[precision]).name
+        return {f"{case.name}/{tap}": Expected((dtype,), self.golden_shape(tap, case))
+                for case in self.cases for tap in self.tap_names}
+
+    def _read_golden(self, precision: Precision, keep: bool) -> None:
+        """Check a tier's golden file with the one checked reader (files.py): its header against
+        `golden_table` (keys, dtypes, shapes, nothing extra), then each tensor one at a time (no NaN), each
+        tap's magnitude measured as it goes, and the per-tap overrides against their ceilings. `keep`: the
+        arrays are kept (read-only, `_golden`); else only the checked file, read again case by case later."""
+        table = self.golden_table(precision)
+        golden = open_checked(self.golden_path(precision), table, GOLDEN)
+        kept: dict[str, dict[str, np.ndarray]] = {case.name: {} for case in self.cases}
+        measured: dict[tuple[Precision, str], dict[str, float]] = {(precision, c.name): {} for c in self.cases}
+        for key, tensor in read_checked(golden, table, GOLDEN):
+            case, tap = key.split("/", 1)  # a case name has no "/" (the manifest's schema)
+            measured[(precision, case)][tap] = tap_magnitude([tensor])
+            if keep:
+                kept[case][tap] = tensor
+        self._case_magnitudes.update(measured)
+        self._check_overrides(precision)
+        if keep:
+            self._golden[precision] = kept
+        else:
+            self._golden_files[precision] = golden
 
     def preload_golden(self, precision: Precision) -> None:
         """Before any backend runs: read and check a tier's golden file, keeping it in memory when it is
@@ -327,29 +340,11 @@ class Fixture:
 
     def validate_golden(self, precision: Precision) -> None:
         """Check a golden file as `golden` does, one tensor at a time (nothing is kept but each tap's
-        magnitude): its header (`open_tensor_file`), keys, shapes, dtypes, no NaN, and the per-tap
-        overrides against their ceilings. Done once per tier; later reads (`golden_case`, `golden_tap`)
-        use the header checked here and refuse the file if it is no longer the same file."""
+        magnitude): `_read_golden`. Done once per tier; later reads (`golden_case`, `golden_tap`) use the
+        header checked here and refuse the file if it is no longer the same file."""
         if precision in self._golden_files or precision in self._golden:
             return
-        golden = open_tensor_file(self.golden_path(precision))
-        expected = {f"{c.name}/{t}" for c in self.cases for t in self.tap_names}
-        extra = sorted(set(golden.tensors) - expected)
-        if extra:
-            raise FixtureError(f"{golden.path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
-        measured: dict[tuple[Precision, str], dict[str, float]] = {}
-        with golden.reading() as read:
-            for case in self.cases:
-                magnitude = measured[(precision, case.name)] = {}
-                for tap in self.tap_names:
-                    key = self._golden_key(golden, precision, case, tap)
-                    t = read(key)
-                    if np.isnan(t).any():
-                        raise FixtureError(f"{golden.path}: golden tensor {key!r} holds NaN (a broken fixture)")
-                    magnitude[tap] = tap_magnitude([t])
-        self._case_magnitudes.update(measured)
-        self._check_overrides(precision)
-        self._golden_files[precision] = golden
+        self._read_golden(precision, keep=False)
 
     def golden_case(self, precision: Precision, case: str,
                     taps: Collection[str] | None = None) -> dict[str, np.ndarray]:
@@ -366,8 +361,8 @@ class Fixture:
             return {tap: held[tap] for tap in names}
         self.validate_golden(precision)
         golden, c = self._golden_files[precision], self.case(case)
-        with golden.reading() as read:
-            return {tap: read(self._golden_key(golden, precision, c, tap)) for tap in names}
+        with golden.reading() as read:  # its header was checked against the table (`_read_golden`)
+            return {tap: read(f"{c.name}/{tap}") for tap in names}
 
     def golden_magnitudes(self, precision: Precision, case: str) -> dict[str, float]:
         """M of each tap of one case's golden (`tap_magnitude`: max |value| over its finite cells), measured
@@ -400,29 +395,15 @@ class Fixture:
         self.validate_golden(precision)
         golden = self._golden_files[precision]
         with golden.reading() as read:
-            return read(self._golden_key(golden, precision, self.case(case), tap))
+            return read(f"{self.case(case).name}/{tap}")
 
     def weights(self) -> dict[str, np.ndarray]:
-        """The float32 parameters under Hugging Face names, checked against the config."""
+        """The float32 parameters under Hugging Face names, checked against the config by the one checked
+        reader (files.py): every name, float32, its shape, nothing extra, then finite, one tensor at a time."""
         if self._weights is None:
-            path = self.weights_path
-            tensors = read_safetensors(path)
-            expected = self.model.param_shapes()
-            for name, shape in expected.items():
-                if name not in tensors:
-                    raise FixtureError(f"{path}: missing tensor {name!r} (expected shape {list(shape)})")
-                t = tensors[name]
-                if t.dtype != np.float32:
-                    raise FixtureError(f"{path}: tensor {name!r} is {t.dtype}, expected float32")
-                if t.shape != shape:
-                    raise FixtureError(f"{path}: tensor {name!r} has shape {list(t.shape)}, expected {list(shape)}")
-                if not np.isfinite(t).all():
-                    raise FixtureError(f"{path}: tensor {name!r} has non-finite values (NaN or Inf)")
-            extra = sorted(set(tensors) - set(expected))
-            if extra:
-                raise FixtureError(f"{path}: unexpected tensor(s) {', '.join(map(repr, extra))}")
-            # One tensor at a time (pop), so the file's arrays and their frozen copies are never all alive.
-            self._weights = {name: frozen(tensors.pop(name)) for name in expected}
+            table = {name: Expected(("float32",), shape) for name, shape in self.model.param_shapes().items()}
+            # Each tensor read straight into immutable bytes: read-only, with no second copy.
+            self._weights = dict(read_checked(open_checked(self.weights_path, table, WEIGHTS), table, WEIGHTS))
         return dict(self._weights)  # a fresh dict of read-only arrays: nobody can change the harness's
 
     def release_weights(self) -> None:
@@ -444,35 +425,10 @@ class Fixture:
         self.release_weights()
 
     def golden(self, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
-        """The reference taps {case: {tap: array}} of one tier, checked: every key, shape, dtype, no NaN."""
+        """The reference taps {case: {tap: array}} of one tier, checked: every key, shape, dtype, no NaN
+        (`_read_golden`, keeping the arrays)."""
         if precision not in self._golden:
-            path = self.golden_path(precision)
-            tensors = read_safetensors(path)
-            dtype = DTYPES[precision]
-            out: dict[str, dict[str, np.ndarray]] = {}
-            for case in self.cases:
-                out[case.name] = {}
-                for tap in self.tap_names:
-                    key = f"{case.name}/{tap}"
-                    if key not in tensors:
-                        raise FixtureError(f"{path}: missing golden tensor {key!r}")
-                    t = tensors[key]
-                    shape = self.golden_shape(tap, case)
-                    if t.dtype != dtype:
-                        raise FixtureError(f"{path}: golden tensor {key!r} is {t.dtype}, expected {np.dtype(dtype)}")
-                    if t.shape != shape:
-                        raise FixtureError(
-                            f"{path}: golden tensor {key!r} has shape {list(t.shape)}, expected {list(shape)}"
-                        )
-                    if np.isnan(t).any():
-                        raise FixtureError(f"{path}: golden tensor {key!r} holds NaN (a broken fixture)")
-                    out[case.name][tap] = frozen(t)
-                self._measure_golden(precision, case, out[case.name])
-            extra = sorted(set(tensors) - {f"{c.name}/{t}" for c in self.cases for t in self.tap_names})
-            if extra:
-                raise FixtureError(f"{path}: unexpected golden tensor(s) {', '.join(map(repr, extra[:3]))}")
-            self._check_overrides(precision)
-            self._golden[precision] = out
+            self._read_golden(precision, keep=True)
         return {case: dict(taps) for case, taps in self._golden[precision].items()}
 
     def for_backend(self) -> BackendCopy:
