@@ -4,6 +4,14 @@ Pure Python (no torch, no NumPy). Each family is one JSON file, `parity_referenc
 so that Python and TypeScript read the same facts instead of re-deriving them from a tap's name:
 
 - `family`, `description`, `config` (the dotted name of its config class);
+- `code`: the family's code by role, as dotted module names (`CODE_ROLES`): `torch` and `numpy` (the reference
+  forward in each, with `run_with_taps`/`forward`, `decode_step` and `decode`), `params` (the module whose
+  `param_shapes(config)` names the weights), and the harness's own parts of the family: `authoring` (truth,
+  ONNX constants, checkpoint import, presets), `causes` (its known porting bugs' patterns) and `mutants` (its
+  selftest mutants). This table is the family registry: a new family is a new table and the modules it names;
+  nothing else lists the families;
+- `decoding`: the taps the incremental decoding cache holds (`cache_keys`, `cache_values`, relative to
+  "blocks.{i}.") and the config field counting the cache's heads (`cache_heads`);
 - `indices`: what a placeholder in a tap's name counts over: `{"i": "n_layer", "k": "n_layer + 1"}`;
 - `bounds`: the bound kinds the family's taps use, each with a sentence saying why it holds;
 - `taps`: every tap in dataflow order (the order "the first diverging tap" means), each with
@@ -21,17 +29,28 @@ so that Python and TypeScript read the same facts instead of re-deriving them fr
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from parity_reference.config import GPTConfig
+    from parity_reference.llama_config import LlamaConfig
+
+    ModelConfig = GPTConfig | LlamaConfig  # every family's config class, for the type checker (the tables' `config`)
 
 SYMBOLS = ("T", "d_model", "n_head", "n_kv_heads", "d_head", "d_mlp", "vocab_size")
 AXES = ("position", "key_position", "head", "dim", "neuron", "token", "scale")
 SUBLAYERS = ("attn", "mlp", "unembed")
 _TAP_KEYS = ("name", "shape", "axes", "rows", "bounds", "layer", "sublayer")
+CODE_ROLES = ("torch", "numpy", "params", "authoring", "causes", "mutants")
+_DECODING_KEYS = ("cache_keys", "cache_values", "cache_heads")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _PLACEHOLDER = re.compile(r"\{([a-z])\}")
 _COUNT = re.compile(r"([a-z_]+)(?: \+ (\d+))?")
@@ -84,6 +103,8 @@ class Family:
     indices: dict[str, str]
     bounds: dict[str, str]
     taps: tuple[TapSpec, ...]
+    code: dict[str, str] = field(default_factory=dict)  # role -> dotted module name (CODE_ROLES)
+    decoding: dict[str, str] = field(default_factory=dict)  # cache_keys, cache_values, cache_heads
     _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -151,6 +172,13 @@ class Family:
         bound = (max(d - 1, 0) if kind == "layernorm" else d) ** 0.5
         return (-bound, bound)
 
+    def module(self, role: str) -> ModuleType:
+        """The family's module for one role of `CODE_ROLES` (imported when first asked for)."""
+        if role not in self.code:
+            raise FamilyError(f"the {self.name} family has no {role!r} module (its table's code: "
+                              f"{', '.join(sorted(self.code))})")
+        return importlib.import_module(self.code[role])
+
     def sublayer_taps(self, sublayer: str) -> tuple[str, ...]:
         """The taps `run_layer` returns for one part, relative to "blocks.{i}." for "attn" and "mlp"."""
         return tuple(t.name.removeprefix("blocks.{i}.") for t in self.taps if t.sublayer == sublayer)
@@ -200,7 +228,7 @@ def _tap_spec(name: str, row: Any, n: int, indices: dict[str, str], bounds: dict
 
 def parse_family(name: str, data: Any) -> Family:
     """A family from its parsed JSON table; FamilyError (one line) on anything malformed."""
-    keys = ("family", "description", "config", "indices", "bounds", "taps")
+    keys = ("family", "description", "config", "code", "decoding", "indices", "bounds", "taps")
     if not isinstance(data, dict) or sorted(data) != sorted(keys):
         raise _bad(name, f"the table must have exactly the keys {', '.join(keys)}")
     if data["family"] != name:
@@ -227,7 +255,17 @@ def parse_family(name: str, data: Any) -> Family:
             if t.index is not None and t.index in seen:
                 raise _bad(name, f"the taps over {{{t.index}}} must be listed together (see {t.name!r})")
             seen.append(t.index)
-    return Family(name, data["description"], data["config"], dict(indices), dict(bounds), taps)
+    code, decoding = data["code"], data["decoding"]
+    if not isinstance(code, dict) or sorted(code) != sorted(CODE_ROLES) or not all(
+        isinstance(v, str) and _MODULE.fullmatch(v) for v in code.values()
+    ):
+        raise _bad(name, f"code must map exactly the roles {', '.join(CODE_ROLES)} to dotted module names")
+    if not isinstance(decoding, dict) or sorted(decoding) != sorted(_DECODING_KEYS) or not all(
+        isinstance(v, str) for v in decoding.values()
+    ):
+        raise _bad(name, f"decoding must map exactly {', '.join(_DECODING_KEYS)} to strings")
+    return Family(name, data["description"], data["config"], dict(indices), dict(bounds), taps, dict(code),
+                  dict(decoding))
 
 
 def family_names() -> list[str]:
@@ -247,6 +285,16 @@ def load_family(name: str) -> Family:
     except json.JSONDecodeError as exc:
         raise _bad(name, f"not valid JSON ({exc})") from None
     return parse_family(name, data)
+
+
+def family_of(config: object) -> Family:
+    """The family whose table names `config`'s class as its config (a GPTConfig is gpt2's); FamilyError if none."""
+    dotted = f"{type(config).__module__}.{type(config).__qualname__}"
+    for name in family_names():
+        family = load_family(name)
+        if family.config == dotted:
+            return family
+    raise FamilyError(f"no model family has the config class {dotted}")
 
 
 def typescript_module(name: str) -> str:

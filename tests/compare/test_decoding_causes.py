@@ -46,7 +46,7 @@ def test_a_transposed_cache_is_named(toy: Fixture) -> None:
 
 @pytest.mark.parametrize("offset", [-1, 1])
 def test_the_new_token_at_a_neighbouring_position_is_named(toy: Fixture, offset: int) -> None:
-    from parity_harness._compare.diagnose import _one_step
+    from parity_harness._compare.gpt2_causes import step_replay as _one_step
 
     ctx, now = step_context(toy, 1)
     shifted = _one_step(ctx, ctx.position + offset, "all")[TAP]
@@ -55,7 +55,7 @@ def test_the_new_token_at_a_neighbouring_position_is_named(toy: Fixture, offset:
 
 
 def test_an_honest_step_recomputed_agrees_and_noise_gets_no_cause(toy: Fixture) -> None:
-    from parity_harness._compare.diagnose import _one_step
+    from parity_harness._compare.gpt2_causes import step_replay as _one_step
 
     ctx, now = step_context(toy, 2)
     honest = _one_step(ctx, ctx.position, "all")

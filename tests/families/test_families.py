@@ -19,7 +19,7 @@ import pytest
 
 from parity_harness._fixture.fixture import load_fixture
 from parity_reference.config import GPTConfig
-from parity_reference.families import FamilyError, family_names, load_family, parse_family
+from parity_reference.families import CODE_ROLES, FamilyError, family_names, load_family, parse_family
 from parity_reference.llama_config import LlamaConfig
 from tests.helpers import REPO
 
@@ -149,7 +149,10 @@ def _table(**changes: Any) -> dict[str, Any]:
     tap = {"name": "blocks.{i}.hook_resid_pre", "shape": ["T", "d_model"], "axes": ["position", "dim"],
            "rows": "position", "bounds": None, "layer": "i", "sublayer": None}
     data: dict[str, Any] = {"family": "x", "description": "", "config": "", "indices": {"i": "n_layer"},
-                            "bounds": {"probability": ""}, "taps": [tap]}
+                            "bounds": {"probability": ""}, "taps": [tap],
+                            "code": {role: f"x_family.{role}" for role in CODE_ROLES},
+                            "decoding": {"cache_keys": "attn.hook_k", "cache_values": "attn.hook_v",
+                                         "cache_heads": "n_head"}}
     for key, value in changes.items():
         if key in tap:
             tap[key] = value
@@ -170,6 +173,9 @@ def _table(**changes: Any) -> dict[str, Any]:
     ({"indices": {"i": "n_layer * 2"}}, "indices must map a letter to a count"),
     ({"family": "y"}, "the table says it is family 'y'"),
     ({"taps": []}, "taps must be a non-empty list"),
+    ({"code": {"torch": "x.torch"}}, "code must map exactly the roles torch, numpy, params"),
+    ({"code": {role: "not a module name" for role in CODE_ROLES}}, "to dotted module names"),
+    ({"decoding": {"cache_keys": "attn.hook_k"}}, "decoding must map exactly cache_keys, cache_values, cache_heads"),
 ])
 def test_a_malformed_table_is_one_line(changes: dict[str, Any], message: str) -> None:
     parse_family("x", _table())  # the unchanged table is fine

@@ -32,18 +32,18 @@ from parity_harness._fixture.decoding import (
 )
 
 if TYPE_CHECKING:
-    from parity_reference.config import GPTConfig
-    from parity_reference.llama_config import LlamaConfig
+    from parity_reference.families import ModelConfig
     from parity_reference.run import RunWithTaps
 
 
-def family_forward(family: str) -> tuple[RunWithTaps | None, str]:
-    """The family's reference forward (None: parity_reference.model's) and the tap its cache keys are read from."""
-    if family == "llama":
-        from parity_reference import llama_model
+def family_forward(family: str) -> tuple[RunWithTaps, str]:
+    """The family's reference forward (its table's `torch` module) and the tap its cache keys are read from
+    (its table's `decoding.cache_keys`, relative to "blocks.{i}.attn.")."""
+    from parity_harness._fixture.model_spec import family as family_table
 
-        return llama_model.run_with_taps, "hook_rot_k"
-    return None, "hook_k"
+    table = family_table(family)
+    run_with_taps: RunWithTaps = table.module("torch").run_with_taps
+    return run_with_taps, table.decoding["cache_keys"].removeprefix("attn.")
 
 
 def golden_from_forward(
@@ -64,7 +64,7 @@ def golden_from_forward(
 
 
 def greedy_prompts(
-    weights: Mapping[str, np.ndarray], config: GPTConfig | LlamaConfig, named: Sequence[tuple[str, Sequence[int], str]],
+    weights: Mapping[str, np.ndarray], config: ModelConfig, named: Sequence[tuple[str, Sequence[int], str]],
     steps: int, run_with_taps: RunWithTaps | None = None,
 ) -> list[Prompt]:
     """Each prompt's greedy tokens by the float64 full forward, re-run on every prefix (the truth).
@@ -96,14 +96,14 @@ def greedy_prompts(
 
 
 def write_decoding_files(
-    root: Path, weights: Mapping[str, np.ndarray], config: GPTConfig | LlamaConfig, vocab: Sequence[str],
+    root: Path, weights: Mapping[str, np.ndarray], config: ModelConfig, vocab: Sequence[str],
     prompts: Sequence[tuple[str, str]] = DEFAULT_PROMPTS, steps: int = DEFAULT_STEPS, onnx: bool = True,
     progress: Callable[[str], None] | None = None, family: str = "gpt2",
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Write the decoding goldens (and the decoder-with-past ONNX graph) into `root`.
 
     Returns the manifest's `decoding` section and `files.decoding`. Needs torch (the reference).
-    `family`: whose reference computes them (`family_forward`); no decoder graph for a Llama fixture yet.
+    `family`: whose reference computes them (`family_forward`).
     """
     from parity_harness._authoring.fixture_writer import save_tensors
     from parity_harness._fixture.fixture import Case
@@ -133,10 +133,7 @@ def write_decoding_files(
         files[precision] = GOLDEN_FILES[precision]
     if onnx:
         from parity_harness._authoring.onnx_export import export_decode_onnx
-        from parity_reference.config import GPTConfig
 
-        if not isinstance(config, GPTConfig):
-            raise FixtureError(f"no decoder-with-past ONNX export for the {family} family yet")
         say(f"ONNX graph {ONNX_FILE}")
         export_decode_onnx(dict(weights), config, root / ONNX_FILE)
         files["onnx"] = ONNX_FILE

@@ -19,7 +19,7 @@ import contextlib
 import io
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,17 +39,14 @@ from parity_harness._backends.onnx.graph import (
     ort_runner,
     run_cases,
 )
-from parity_harness._backends.onnx.weights import ROPE_CONSTANTS, graph_weight_problem
+from parity_harness._backends.onnx.weights import graph_weight_problem
 from parity_harness._compare.judge import compare_tensors
 from parity_harness._core.errors import FixtureError
-from parity_reference.config import GPTConfig, param_shapes
-from parity_reference.llama_config import LlamaConfig
-from parity_reference.taps import tap_names
+from parity_reference.families import family_of
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
-
-ModelConfig = GPTConfig | LlamaConfig
+    from parity_reference.families import ModelConfig
 
 __all__ = [
     "ONNX_OPSET",
@@ -94,126 +91,61 @@ def export_onnx(
     `weights`: float32 numpy arrays under Hugging Face names (GPT-2: Conv1D weights [in, out]; Llama:
     `LlamaForCausalLM`'s, nn.Linear [out, in]). `outputs`: "all_taps" (every tap, named, in dataflow order)
     or "logits" (only `logits`). `lens_rows`: probs and the logit lens for the last positions only (the
-    family's `forward`). The file is written next to `path` and renamed into place, then checked
-    (`check_onnx_model`, and its initializers against `weights`).
+    family's `forward`). The traced forward is the family's `torch` module's; the graph's constants besides
+    the weights are its `authoring` module's (`graph_constants`, put in place while tracing by
+    `constants_in_use`: Llama's RoPE tables). The file is written next to `path` and renamed into place, then
+    checked (`check_onnx_model`, and its initializers against `weights`).
     """
-    if isinstance(config, LlamaConfig):
-        _export_llama(weights, config, Path(path), outputs, lens_rows)
-        return
-    gpt2: GPTConfig = config
     import torch
 
-    from parity_reference.model import forward
-
-    names = expected_outputs(tap_names(config.n_layer), outputs)
-    expected = param_shapes(config)
+    table = family_of(config)
+    model, authoring = table.module("torch"), table.module("authoring")
+    taps_all = table.tap_names(config)
+    names = expected_outputs(taps_all, outputs)
+    expected = table.module("params").param_shapes(config)
     if set(weights) != set(expected):
         missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
         raise ValueError(f"weights do not match the config (missing {missing}, extra {extra})")
+    constants = authoring.graph_constants(config)
 
     class TapsModule(torch.nn.Module):
-        """tokens (T,) -> the graph outputs as a tuple, computed by parity_reference.model.forward."""
+        """tokens (T,) -> the graph outputs as a tuple, computed by the family's reference `forward`."""
 
         def __init__(self) -> None:
             super().__init__()
-            # Buffers become ONNX initializers; '.' is not allowed in a buffer name.
-            self.keys = list(expected)
-            for key in self.keys:
-                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))  # a writable copy
-                self.register_buffer(key.replace(".", "__"), tensor.clone())
+            _register(self, weights, expected, constants)
 
         def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            params = {key: getattr(self, key.replace(".", "__")) for key in self.keys}
+            params = {key: getattr(self, key.replace(".", "__")) for key in expected}
             taps: dict[str, torch.Tensor] = {}
-            logits = forward(params, gpt2, tokens, taps if outputs == "all_taps" else None, lens_rows)
+            with authoring.constants_in_use({name: getattr(self, name) for name in constants}):
+                logits = model.forward(params, config, tokens, taps if outputs == "all_taps" else None, lens_rows)
             return tuple(taps[n] for n in names) if outputs == "all_taps" else (logits,)
 
     # An example longer than 1 (torch.export specializes a size-1 example), within the context.
     example = torch.arange(min(config.n_ctx, 3), dtype=torch.int64) % config.vocab_size
-    dynamic: Any = None
-    if config.n_ctx > 1:
-        dynamic = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},)
-    def check(model: Any, where: Path) -> None:
-        check_onnx_model(model, where, tap_names(config.n_layer), outputs)
-        problem = graph_weight_problem(model, weights)  # what every run checks again (_backends/onnx/weights.py)
+    dynamic: Any = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},) if config.n_ctx > 1 else None
+
+    def check(graph: Any, where: Path) -> None:
+        check_onnx_model(graph, where, taps_all, outputs)
+        problem = graph_weight_problem(graph, weights)  # what every run checks again (_backends/onnx/weights.py)
         if problem is not None:
             raise FixtureError(f"{where}: {problem}")
 
     export_program(TapsModule().eval(), (example,), Path(path), [INPUT_NAME], names, dynamic, check)
 
 
-def _export_llama(
-    weights: dict[str, np.ndarray], config: LlamaConfig, path: Path, outputs: OnnxGraph, lens_rows: int | None
-) -> None:
-    """`export_onnx` for the Llama family: `parity_reference.llama_model.forward` traced, every tap a graph output.
-
-    The RoPE tables are two constants of the graph (`ROPE_CONSTANTS`), (n_ctx, d_head/2) each, made by the
-    reference's own `rope_tables` (float64, rounded once to float32); the graph slices their first T rows,
-    which are the numbers `rope_tables(T, ...)` gives (each angle is pos * inv_freq, whatever T). Without them
-    the graph would compute float64 Cos/Sin itself, which OpenVINO computes in float32.
-    """
+def _register(module: Any, weights: Mapping[str, np.ndarray], keys: Iterable[str],
+              constants: Mapping[str, Any]) -> None:
+    """The weights (writable float32 copies) and the family's graph constants as buffers of `module`: buffers
+    become ONNX initializers; '.' is not allowed in a buffer name, so it is written '__'."""
     import torch
 
-    from parity_reference import llama_model
-    from parity_reference.families import load_family
-    from parity_reference.llama_config import param_shapes as llama_param_shapes
-
-    taps_all = load_family("llama").tap_names(config)
-    names = expected_outputs(taps_all, outputs)
-    expected = llama_param_shapes(config)
-    if set(weights) != set(expected):
-        missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-        raise ValueError(f"weights do not match the config (missing {missing}, extra {extra})")
-    cos_table, sin_table = llama_model.rope_tables(config.n_ctx, config.d_head, config.rope_base, torch.float32)
-
-    class LlamaTapsModule(torch.nn.Module):
-        """tokens (T,) -> the graph outputs as a tuple, computed by parity_reference.llama_model.forward."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.keys = list(expected)
-            for key in self.keys:  # buffers become ONNX initializers; '.' is not allowed in a buffer name
-                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
-                self.register_buffer(key.replace(".", "__"), tensor.clone())
-            self.register_buffer(ROPE_CONSTANTS[0], cos_table.clone())
-            self.register_buffer(ROPE_CONSTANTS[1], sin_table.clone())
-
-        def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            params = {key: getattr(self, key.replace(".", "__")) for key in self.keys}
-            taps: dict[str, torch.Tensor] = {}
-            with _rope_from(getattr(self, ROPE_CONSTANTS[0]), getattr(self, ROPE_CONSTANTS[1])):
-                logits = llama_model.forward(params, config, tokens, taps if outputs == "all_taps" else None,
-                                             lens_rows)
-            return tuple(taps[n] for n in names) if outputs == "all_taps" else (logits,)
-
-    example = torch.arange(min(config.n_ctx, 3), dtype=torch.int64) % config.vocab_size
-    dynamic: Any = ({0: torch.export.Dim("T", min=1, max=config.n_ctx)},) if config.n_ctx > 1 else None
-
-    def check(model: Any, where: Path) -> None:
-        check_onnx_model(model, where, taps_all, outputs)
-        problem = graph_weight_problem(model, weights)  # what every run checks again (_backends/onnx/weights.py)
-        if problem is not None:
-            raise FixtureError(f"{where}: {problem}")
-
-    export_program(LlamaTapsModule().eval(), (example,), path, [INPUT_NAME], names, dynamic, check)
-
-
-@contextlib.contextmanager
-def _rope_from(cos_table: Any, sin_table: Any) -> Iterator[None]:
-    """While tracing: `llama_model.rope_tables(n, ...)` returns the first n rows of the given constant tables
-    (already in the computation's dtype), so the graph reads constants instead of computing Cos and Sin."""
-    from parity_reference import llama_model
-
-    original = llama_model.rope_tables
-
-    def tables(n_pos: int, d_head: int, base: float, dtype: Any) -> tuple[Any, Any]:
-        return cos_table[:n_pos].to(dtype), sin_table[:n_pos].to(dtype)
-
-    llama_model.rope_tables = tables  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        llama_model.rope_tables = original  # type: ignore[assignment]
+    for key in keys:
+        tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
+        module.register_buffer(key.replace(".", "__"), tensor.clone())
+    for name, value in constants.items():
+        module.register_buffer(name, value.clone())
 
 
 def export_program(
@@ -305,42 +237,48 @@ def check_onnx_against_golden(fixture: Fixture) -> list[str]:
 
 
 def export_decode_onnx(weights: dict[str, np.ndarray], config: ModelConfig, path: Path) -> None:
-    """Write the family's `decode_step` (`parity_reference.model`'s, or `llama_model`'s for a LlamaConfig) as one
-    self-contained .onnx file (checked, then renamed in)."""
-    if isinstance(config, LlamaConfig):
-        _export_llama_decode(weights, config, Path(path))
-        return
-    gpt2: GPTConfig = config
+    """Write the family's `decode_step` (its table's `torch` module's) as one self-contained .onnx file (checked,
+    then renamed in): past keys and values [cache heads, P, d_head] per block (n_kv_heads heads with
+    grouped-query attention, keys after RoPE for Llama), the graph's constants as in `export_onnx` (a Llama step
+    reads RoPE's row P, the past length)."""
     import torch
 
     from parity_harness._backends.onnx.decode import check_decode_model, input_names, output_names
-    from parity_reference.config import param_shapes
-    from parity_reference.model import decode_step
+    from parity_harness._fixture.model_spec import ModelSpec
 
-    keys = list(param_shapes(config))
-    L, H, dh = config.n_layer, config.n_head, config.d_head
+    table = family_of(config)
+    model, authoring = table.module("torch"), table.module("authoring")
+    keys = list(table.module("params").param_shapes(config))
+    constants = authoring.graph_constants(config)
+    L = config.n_layer
 
     class DecodeModule(torch.nn.Module):
-        """(token (1,), past keys and values (H, P, dh) per block) -> (logits (V,), present (H, P + 1, dh) ...)."""
+        """(token (1,), past keys and values (Hc, P, dh) per block) -> (logits (V,), present (Hc, P + 1, dh) ...)."""
 
         def __init__(self) -> None:
             super().__init__()
-            for key in keys:  # buffers become ONNX initializers; '.' is not allowed in a buffer name
-                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
-                self.register_buffer(key.replace(".", "__"), tensor.clone())
+            _register(self, weights, keys, constants)
 
         def forward(self, token: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
             params = {key: getattr(self, key.replace(".", "__")) for key in keys}
             cache = [(past[2 * i], past[2 * i + 1]) for i in range(L)]
-            logits, grown = decode_step(params, gpt2, token, cache)
+            with authoring.constants_in_use({name: getattr(self, name) for name in constants}):
+                logits, grown = model.decode_step(params, config, token, cache)
             return (logits, *[t for kv in grown for t in kv])
 
     n_past = min(3, config.n_ctx - 1)  # an example past longer than 1 (torch.export specializes size 1)
-    example = (torch.zeros(1, dtype=torch.int64), *[torch.zeros(H, n_past, dh) for _ in range(2 * L)])
+    past_shape = ModelSpec(table, config).decode_tap_shape("blocks.0.attn.cache_k", n_past)  # (Hc, P, dh)
+    example = (torch.zeros(1, dtype=torch.int64), *[torch.zeros(past_shape) for _ in range(2 * L)])
     past_dim = torch.export.Dim("P", min=1, max=max(config.n_ctx - 1, 2))
     dynamic: Any = (None, tuple({1: past_dim} for _ in range(2 * L)))  # token, then the *past tuple
-    export_program(DecodeModule().eval(), example, Path(path), input_names(L), output_names(L), dynamic,
-                   lambda model, where: check_decode_model(model, where, config))
+
+    def check(graph: Any, where: Path) -> None:
+        check_decode_model(graph, where, config)
+        problem = graph_weight_problem(graph, weights)
+        if problem is not None:
+            raise FixtureError(f"{where}: {problem}")
+
+    export_program(DecodeModule().eval(), example, Path(path), input_names(L), output_names(L), dynamic, check)
 
 
 def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | None = None) -> list[str]:
@@ -394,47 +332,3 @@ def export_onnx_for(fixture_dir: Path | str, progress: Callable[[str], None] | N
     return check_onnx_against_golden(load_fixture(root))
 
 
-def _export_llama_decode(weights: dict[str, np.ndarray], config: LlamaConfig, path: Path) -> None:
-    """`export_decode_onnx` for the Llama family: `llama_model.decode_step` with the grouped-query cache, past keys
-    (after RoPE) and values [n_kv_heads, P, d_head] per block; the RoPE tables are the graph's constants, as in
-    `_export_llama` (the step reads row P, the past length)."""
-    import torch
-
-    from parity_harness._backends.onnx.decode import check_decode_model, input_names, output_names
-    from parity_reference import llama_model
-    from parity_reference.llama_config import param_shapes as llama_param_shapes
-
-    keys = list(llama_param_shapes(config))
-    L, Hkv, dh = config.n_layer, config.n_kv_heads, config.d_head
-    cos_table, sin_table = llama_model.rope_tables(config.n_ctx, dh, config.rope_base, torch.float32)
-
-    class LlamaDecodeModule(torch.nn.Module):
-        """(token (1,), past keys and values (Hkv, P, dh) per block) -> (logits (V,), present (Hkv, P + 1, dh) ...)."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            for key in keys:  # buffers become ONNX initializers; '.' is not allowed in a buffer name
-                tensor = torch.from_numpy(np.array(weights[key], dtype=np.float32, copy=True))
-                self.register_buffer(key.replace(".", "__"), tensor.clone())
-            self.register_buffer(ROPE_CONSTANTS[0], cos_table.clone())
-            self.register_buffer(ROPE_CONSTANTS[1], sin_table.clone())
-
-        def forward(self, token: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            params = {key: getattr(self, key.replace(".", "__")) for key in keys}
-            cache = [(past[2 * i], past[2 * i + 1]) for i in range(L)]
-            with _rope_from(getattr(self, ROPE_CONSTANTS[0]), getattr(self, ROPE_CONSTANTS[1])):
-                logits, grown = llama_model.decode_step(params, config, token, cache)
-            return (logits, *[t for kv in grown for t in kv])
-
-    n_past = min(3, config.n_ctx - 1)  # an example past longer than 1 (torch.export specializes size 1)
-    example = (torch.zeros(1, dtype=torch.int64), *[torch.zeros(Hkv, n_past, dh) for _ in range(2 * L)])
-    past_dim = torch.export.Dim("P", min=1, max=max(config.n_ctx - 1, 2))
-    dynamic: Any = (None, tuple({1: past_dim} for _ in range(2 * L)))  # token, then the *past tuple
-
-    def check(model: Any, where: Path) -> None:
-        check_decode_model(model, where, config)
-        problem = graph_weight_problem(model, weights)
-        if problem is not None:
-            raise FixtureError(f"{where}: {problem}")
-
-    export_program(LlamaDecodeModule().eval(), example, path, input_names(L), output_names(L), dynamic, check)

@@ -16,9 +16,9 @@ patterns that explain its failing cells, most specific first (docs/diagnosis.md)
 - PREVIOUS_TAP: the candidate equals, within tolerance, the golden of the tap before it in dataflow
   order (a hook placed one step early, or a tap returned twice).
 
-With a `TapContext`, the known porting bugs are predicted from the golden's upstream taps: GPT-2's for a
-GPT-2 fixture, the Llama family's (RoPE pairing and base, GQA `repeat`, SwiGLU gate/up, RMSNorm eps and
-(1 + w)) for a Llama fixture (docs/diagnosis.md, "Known porting bugs").
+With a `TapContext`, the known porting bugs are predicted from the golden's upstream taps by the fixture's
+family's `causes` module, which its table names (`gpt2_causes.py`, `llama_causes.py`; docs/diagnosis.md,
+"Known porting bugs").
 
 "Failing" and "equals" use the tier's own rule: |a - b| <= atol + rtol * |b|. It costs a few passes
 over one tensor, so the runner calls it once per case and tier, at that case's first failing tap.
@@ -26,18 +26,18 @@ over one tensor, so the runner calls it once per case and tier, at that case's f
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from parity_harness._compare.patterns import StepContext, TapContext
+from parity_harness._compare.patterns import close as _close
+from parity_harness._compare.patterns import explains as _explains
+from parity_reference.families import family_of
+
 if TYPE_CHECKING:
     from parity_harness._compare.report import Report
-    from parity_reference.config import GPTConfig
-    from parity_reference.llama_config import LlamaConfig
 
 ROUNDED_F32 = "got equals expected rounded to float32"
 NOT_CORRECTLY_ROUNDED = ("not correctly rounded: over 0.5 eps units where the golden is within 0.5 (a float32 step, "
@@ -49,14 +49,6 @@ PREVIOUS_TAP = "values of the previous tap"
 
 EPS32 = float(np.finfo(np.float32).eps)
 ROUNDING_SIZED = 4.0  # eps32 units: the most a failing cell may be off for NOT_CORRECTLY_ROUNDED
-
-
-def _close(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> np.ndarray:
-    """The tier's rule, cell by cell; an infinity is close only to the same infinity, NaN to nothing."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        finite = np.isfinite(a) & np.isfinite(b)
-        near = np.abs(np.where(finite, a - b, 0.0)) <= atol + rtol * np.abs(np.where(finite, b, 0.0))
-        return np.where(finite, near, (a == b) & ~np.isnan(a))
 
 
 def _rounded_f32(a: np.ndarray, b: np.ndarray, bad: np.ndarray) -> bool:
@@ -150,81 +142,22 @@ def diagnose(
 
 # -- the known porting bugs, predicted from the golden's upstream taps (docs/diagnosis.md, "Known bugs") --------
 
-VARIANCE_UNBIASED = "LayerNorm variance over d - 1"
-LN_EPS = "LayerNorm eps"
-LN_ONE_PASS = "LayerNorm variance as E[x^2] - E[x]^2"
-POST_LN = "post-LN"
-ATTENTION_SCALE = "attention scale"
-QK_SWAPPED = "q and k swapped"
-HEADS_ORDER = "heads split in the wrong order"
-SOFTMAX_AXIS = "softmax over the wrong axis"
-MASK_LEAK = "causal mask leaks"
-SOFTMAX_OVERFLOW = "softmax overflow"
-SOFTMAX_SUM = "softmax normalizer wrong"
-GELU_TANH = "tanh GELU"
-GELU_RELU = "ReLU instead of GELU"
-ERF_APPROX = "erf approximated"
-ERF_OVERFLOW = "erf overflows"
-CONV1D_TRANSPOSE = "Conv1D weight transposed"
-FINAL_LN_UNUSED = "final LayerNorm not applied"
-UNTIED_OUTPUT = "untied output layer"
 OVERFLOW = "overflow"
 GRID_BF16 = "on the bfloat16 grid"
 GRID_FP16 = "on the float16 grid"
 
-LSTSQ_BUDGET = 5e8  # multiply-adds the untied-output fit may cost (T x d x V): the toy's 1e4, gpt2-small's 4e10 not
-MATCH_SLACK = 8.0  # a prediction matches a cell within this many of the tier's tolerances (the golden's own rounding)
-MATCH_SHARE = 0.1  # ... and, at a failing cell, within this share of the cell's distance from the golden
-_A_S = (0.3275911, 1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)  # A&S 7.1.26
 
-
-@dataclass(frozen=True)
-class TapContext:
-    """What a diagnosis may predict from: the tap, the model, this case's goldens (the tier's) and candidate taps.
-
-    `config` is the fixture's model config (`fixture.model.config`): a GPTConfig, or a LlamaConfig for the Llama
-    family, whose known bugs have patterns of their own (`_llama_contextual`).
-    """
-
-    tap: str
-    config: GPTConfig | LlamaConfig
-    goldens: Mapping[str, np.ndarray]  # this case's goldens in the tier being judged, by tap
-    candidate: Mapping[str, np.ndarray] = field(default_factory=dict)  # the candidate's taps for this case
-    weights: Mapping[str, np.ndarray] | None = None  # the fixture's weights (for the weight-layout bugs)
-    precision: str = ""  # what the candidate computed in: values on a coarser grid than it are named
-
-    @property
-    def gpt(self) -> GPTConfig:
-        """The config as GPT-2's: the GPT-2 patterns run only on a GPT-2 fixture (`_contextual`)."""
-        return cast("GPTConfig", self.config)
-
-    @property
-    def llama(self) -> LlamaConfig:
-        """The config as Llama's: the Llama patterns run only on a Llama fixture (`_llama_contextual`)."""
-        return cast("LlamaConfig", self.config)
-
-    def golden(self, tap: str) -> np.ndarray | None:
-        g = self.goldens.get(tap)
-        return None if g is None else np.asarray(g, dtype=np.float64)
-
-    def weight(self, name: str) -> np.ndarray | None:
-        w = None if self.weights is None else self.weights.get(name)
-        return None if w is None else np.asarray(w, dtype=np.float64)
-
-
-def _explains(a: np.ndarray, b: np.ndarray, pred: np.ndarray | None, bad: np.ndarray, atol: float,
-              rtol: float) -> bool:
-    """The prediction matches the candidate at every cell, and at each failing cell far nearer it than the golden."""
-    if pred is None or pred.shape != a.shape or not bad.any():
-        return False
-    with np.errstate(invalid="ignore", over="ignore"):
-        both = np.isfinite(a) & np.isfinite(pred)
-        if not np.all((a == pred)[~both]):  # infinities the same, no NaN
-            return False
-        err = np.abs(np.where(both, a - pred, 0.0))
-        off = np.abs(np.where(both & np.isfinite(b), a - b, 0.0))
-        ok = err <= MATCH_SLACK * (atol + rtol * np.abs(np.where(both, pred, 0.0))) + MATCH_SHARE * off
-        return bool(np.all(ok) and np.all(err[bad & both] <= MATCH_SHARE * off[bad & both]))
+def _contextual(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, atol: float, rtol: float,
+                ctx: TapContext) -> list[str]:
+    """The family's known porting bugs at this tap (its table's `causes` module: `known_bugs`), first that fits."""
+    for check in family_of(ctx.config).module("causes").known_bugs(a, b, bad, dtype, atol, rtol, ctx):
+        try:
+            found = check()
+        except (ValueError, IndexError, FloatingPointError):  # a shape this pattern does not know: no cause
+            found = []
+        if found:
+            return list(found)
+    return []
 
 
 def _grid_causes(a: np.ndarray, b: np.ndarray, bad: np.ndarray, precision: str) -> list[str]:
@@ -251,416 +184,14 @@ def _grid_causes(a: np.ndarray, b: np.ndarray, bad: np.ndarray, precision: str) 
     return causes
 
 
-_LAYER = re.compile(r"^blocks\.(\d+)\.")
-
-
-def _layer(tap: str) -> int | None:
-    m = _LAYER.match(tap)
-    return int(m.group(1)) if m else None
-
-
-def _ln_input(tap: str, config: GPTConfig) -> str | None:
-    """The tap a LayerNorm's scale is taken of."""
-    i = _layer(tap)
-    if ".ln1." in tap:
-        return f"blocks.{i}.hook_resid_pre"
-    if ".ln2." in tap:
-        return f"blocks.{i}.hook_resid_mid"
-    return f"blocks.{config.n_layer - 1}.hook_resid_post" if tap.startswith("ln_final.") else None
-
-
-def _ln_weights(tap: str) -> str:
-    i = _layer(tap)
-    return "ln_f." if tap.startswith("ln_final.") else f"h.{i}.ln_{1 if '.ln1.' in tap else 2}."
-
-
-def _erf_as(u: np.ndarray) -> np.ndarray:
-    p, *c = _A_S
-    a = np.abs(u)
-    t = 1.0 / (1.0 + p * a)
-    poly = ((((c[0] * t + c[1]) * t + c[2]) * t + c[3]) * t + c[4]) * t
-    return np.asarray(np.sign(u) * (1.0 - poly * np.exp(-a * a)))
-
-
-def _softmax(z: np.ndarray, axis: int) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(z - np.max(z, axis=axis, keepdims=True))
-        return np.asarray(e / e.sum(axis=axis, keepdims=True))
-
-
-def _ln_scale(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, atol: float, rtol: float,
-              ctx: TapContext) -> list[str]:
-    d, eps = ctx.gpt.d_model, ctx.gpt.ln_eps
-    var = np.maximum(b * b - eps, 0.0)
-    if _explains(a, b, np.sqrt(var * d / (d - 1) + eps), bad, atol, rtol):
-        return [f"{VARIANCE_UNBIASED}: the scale is sqrt(d/(d-1)) = {math.sqrt(d / (d - 1)):.4f} x the golden's "
-                f"(d = {d}): the unbiased variance instead of the biased one"]
-    fin = bad & np.isfinite(a)
-    if fin.any():
-        delta = float(np.median((a * a - b * b)[fin]))
-        if delta != 0.0 and eps + delta >= 0.0 and _explains(a, b, np.sqrt(np.maximum(b * b + delta, 0.0)), bad, atol,
-                                                            rtol):
-            return [f"{LN_EPS}: {eps + delta:.2g} instead of {eps:g} (scale^2 - golden^2 is the constant "
-                    f"{delta:+.2g})"]
-    source = _ln_input(ctx.tap, ctx.gpt)
-    x = None if source is None else ctx.golden(source)
-    if x is not None and x.shape[:-1] == a.shape[:-1]:  # cancellation: error ~ eps |mean|^2 where |mean| >> std
-        mean2 = np.mean(x, axis=-1, keepdims=True) ** 2
-        eps_c = float(np.finfo(dtype).eps) if dtype.kind == "f" else 0.0
-        with np.errstate(invalid="ignore"):
-            err2 = np.where(np.isfinite(a), np.abs(a * a - b * b), b * b)
-        rows = bad & (mean2 > 100.0 * var)
-        if rows.any() and bool(np.all(rows == bad)) and bool(np.all(err2[bad] <= 4 * d * eps_c * mean2[bad])):
-            return [f"{LN_ONE_PASS}: the failing rows have |mean| >> std and errors of eps x mean^2 (cancellation)"]
-    if ".ln1." in ctx.tap:
-        i = _layer(ctx.tap)
-        resid, attn = ctx.candidate.get(f"blocks.{i}.hook_resid_pre"), ctx.candidate.get(f"blocks.{i}.hook_attn_out")
-        if resid is not None and attn is not None and np.shape(resid) == np.shape(attn):
-            y = np.asarray(resid, dtype=np.float64) + np.asarray(attn, dtype=np.float64)
-            pred = np.sqrt(np.var(y, axis=-1, keepdims=True) + eps)
-            if _explains(a, b, pred, bad, atol, rtol):
-                return [f"{POST_LN}: LayerNorm after the sublayer, x = LN(x + Attn(x)), instead of GPT-2's pre-LN "
-                        "(ln1's scale is that of the candidate's x + attn_out)"]
-    return []
-
-
-def _ln_normalized(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
-                   ctx: TapContext) -> list[str]:
-    s = ctx.golden(ctx.tap.replace("hook_normalized", "hook_scale"))
-    if s is None or s.shape[:-1] != a.shape[:-1]:
-        return []
-    d, eps = ctx.gpt.d_model, ctx.gpt.ln_eps
-    pred = b * s / np.sqrt(np.maximum(s * s - eps, 0.0) * d / (d - 1) + eps)
-    if _explains(a, b, pred, bad, atol, rtol):
-        return [f"{VARIANCE_UNBIASED}: the output is sqrt((d-1)/d) = {math.sqrt((d - 1) / d):.4f} x the golden's "
-                f"(d = {d}): the unbiased variance instead of the biased one"]
-    return []
-
-
-def _scores(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    cfg = ctx.gpt
-    dh, d = cfg.d_model // cfg.n_head, cfg.d_model
-    ratios = {math.sqrt(dh): "no 1/sqrt(d_head) at all", math.sqrt(dh / d): "1/sqrt(d_model) instead of 1/sqrt(d_head)",
-              1 / math.sqrt(dh): "1/d_head instead of 1/sqrt(d_head)"}
-    for r, what in ratios.items():
-        if _explains(a, b, b * r, bad, atol, rtol):
-            return [f"{ATTENTION_SCALE}: the scores are {r:.4g} x the golden's ({what})"]
-    i = _layer(ctx.tap)
-    q, k = ctx.golden(f"blocks.{i}.attn.hook_q"), ctx.golden(f"blocks.{i}.attn.hook_k")
-    if q is not None and k is not None and q.ndim == 3 and q.shape == k.shape:
-        swapped = np.einsum("jhe,ihe->hij", q, k) / math.sqrt(q.shape[-1])  # k_i . q_j
-        if swapped.shape == a.shape and _explains(a, b, np.where(np.isneginf(b), -np.inf, swapped), bad, atol, rtol):
-            return [f"{QK_SWAPPED}: the scores are k_i . q_j, the transpose of q_i . k_j"]
-    return []
-
-
-def _pattern(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, atol: float, rtol: float,
-             ctx: TapContext) -> list[str]:
-    i = _layer(ctx.tap)
-    scores = ctx.golden(f"blocks.{i}.attn.hook_attn_scores") if i is not None else None
-    if ctx.tap.endswith("hook_pattern") and scores is not None and scores.shape == a.shape:
-        if _explains(a, b, _softmax(scores, -2), bad, atol, rtol):
-            return [f"{SOFTMAX_AXIS}: the pattern is the softmax over queries (axis -2), not keys"]
-        masked = np.isneginf(scores)
-        leak = np.any(masked & (a != 0.0) & np.isfinite(a), axis=-1, keepdims=True)
-        if masked.any() and bool(np.all(np.broadcast_to(leak, a.shape)[bad])):
-            return [f"{MASK_LEAK}: every failing row gives masked (future) keys a nonzero weight (an additive mask "
-                    "such as -1e4 instead of -inf)"]
-        finite_max = float(np.max(np.where(np.isfinite(scores), scores, -np.inf)))
-        limit = math.log(float(np.finfo(dtype).max)) if dtype.kind == "f" else math.inf
-        if np.any(np.isnan(a) & bad) and finite_max > limit:
-            return [f"{SOFTMAX_OVERFLOW}: NaN where exp(score) overflows (a score of {finite_max:.4g} > "
-                    f"{limit:.1f}): the row max not subtracted"]
-    if not bool(np.all(np.isfinite(a) & (a >= 0.0))):  # not probabilities: no normalizer to blame
-        return []
-    sums, golden_sums = a.sum(axis=-1, keepdims=True), b.sum(axis=-1, keepdims=True)
-    if not bool(np.all(np.abs(golden_sums - 1.0) <= 1e-3)):  # the golden is not a softmax over the last axis
-        return []
-    # each row the golden's scaled by its own constant: the exponentials right, their sum (the normalizer) wrong
-    if _explains(a, b, b * (sums / golden_sums), bad, atol, rtol):
-        worst = float(np.max(np.abs(sums - 1.0)))
-        return [f"{SOFTMAX_SUM}: each failing row is the golden's times a constant, its sum off 1 by up to "
-                f"{worst:.3g} (the normalizer accumulated wrong, e.g. a running sum in float16)"]
-    return []
-
-
-def _gelu(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    pre = ctx.golden(ctx.tap.replace("hook_post", "hook_pre"))
-    if pre is None or pre.shape != a.shape:
-        return []
-    tanh = 0.5 * pre * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (pre + 0.044715 * pre**3)))
-    candidates: dict[str, np.ndarray] = {
-        f"{GELU_TANH}: GPT-2's gelu_new instead of the exact erf GELU (the difference is gelu_tanh(pre) - "
-        "gelu(pre))": tanh,
-        f"{GELU_RELU}: the output is max(pre, 0)": np.maximum(pre, 0.0),
-        f"{ERF_APPROX}: GELU with the Abramowitz-Stegun 7.1.26 erf polynomial (error 1.5e-7)":
-            0.5 * pre * (1.0 + _erf_as(pre / math.sqrt(2.0))),
-    }
-    for name, pred in candidates.items():
-        if _explains(a, b, pred, bad, atol, rtol):
-            return [name]
-    nan = np.isnan(a) & bad
-    if nan.any() and bool(np.all(np.abs(pre[nan]) / math.sqrt(2.0) > math.sqrt(709.78) * 0.99)):
-        return [f"{ERF_OVERFLOW}: NaN exactly where |pre| / sqrt(2) > 26.6 (an erf whose terms overflow, inf x 0)"]
-    return []
-
-
-def _attn_out(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    i = _layer(ctx.tap)
-    z, w, bias = ctx.golden(f"blocks.{i}.attn.hook_z"), ctx.weight(f"h.{i}.attn.c_proj.weight"), \
-        ctx.weight(f"h.{i}.attn.c_proj.bias")
-    if z is None or w is None or bias is None or w.shape[0] != w.shape[1]:
-        return []
-    pred = z.reshape(z.shape[0], -1) @ w.T + bias
-    if _explains(a, b, pred, bad, atol, rtol):
-        return [f"{CONV1D_TRANSPOSE}: c_proj used as nn.Linear [out, in], x @ W^T instead of Conv1D's x @ W"]
-    return []
-
-
-def _heads(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float) -> list[str]:
-    if a.ndim != 3:
-        return []
-    T, H, dh = a.shape
-    c = np.arange(H * dh)
-    pred = b.reshape(T, H * dh)[:, (c % dh) * H + c // dh].reshape(a.shape)
-    if _explains(a, b, pred, bad, atol, rtol):
-        return [f"{HEADS_ORDER}: the columns read as [d_head, H] instead of [H, d_head]"]
-    return []
-
-
-def _logits(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    wte = ctx.weight("wte.weight")
-    resid = ctx.golden(f"blocks.{ctx.gpt.n_layer - 1}.hook_resid_post")
-    if wte is None or resid is None or resid.shape[-1] != wte.shape[-1]:
-        return []
-    if _explains(a, b, resid @ wte.T, bad, atol, rtol):
-        return [f"{FINAL_LN_UNUSED}: the logits are the raw residual stream @ wte^T"]
-    norm, g, beta = ctx.golden("ln_final.hook_normalized"), ctx.weight("ln_f.weight"), ctx.weight("ln_f.bias")
-    if norm is None or g is None or beta is None or norm.shape[0] <= norm.shape[1] + 1 or \
-            norm.shape[0] * norm.shape[1] * a.shape[-1] > LSTSQ_BUDGET:
-        return []  # too few rows to tell a linear map from anything, or too large a fit
-    x = np.concatenate([norm * g + beta, np.ones((norm.shape[0], 1))], axis=1)
-    fin = np.all(np.isfinite(a), axis=-1)
-    m, *_ = np.linalg.lstsq(x[fin], a[fin], rcond=None)
-    if fin.all() and _explains(a, b, x @ m, bad, atol, rtol):
-        return [f"{UNTIED_OUTPUT}: the logits are a linear map of the final LayerNorm's output, but not wte^T "
-                "(an lm_head of its own)"]
-    return []
-
-
-def _contextual(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, atol: float, rtol: float,
-                ctx: TapContext) -> list[str]:
-    """The known porting bugs at this tap (each predicted from the golden's upstream taps), first that fits."""
-    tap = ctx.tap
-    checks: list[Callable[[], list[str]]] = []
-    if _is_llama(ctx):
-        checks.append(lambda: _llama_contextual(a, b, bad, atol, rtol, ctx))
-    elif tap.endswith(".hook_scale"):
-        checks.append(lambda: _ln_scale(a, b, bad, dtype, atol, rtol, ctx))
-    elif tap.endswith(".hook_normalized"):
-        checks.append(lambda: _ln_normalized(a, b, bad, atol, rtol, ctx))
-    elif tap.endswith("attn.hook_attn_scores"):
-        checks.append(lambda: _scores(a, b, bad, atol, rtol, ctx))
-    elif tap.endswith("attn.hook_pattern") or tap == "probs" or tap.startswith("logit_lens."):
-        checks.append(lambda: _pattern(a, b, bad, dtype, atol, rtol, ctx))
-    elif tap.endswith("mlp.hook_post"):
-        checks.append(lambda: _gelu(a, b, bad, atol, rtol, ctx))
-    elif tap.endswith(".hook_attn_out"):
-        checks.append(lambda: _attn_out(a, b, bad, atol, rtol, ctx))
-    elif re.search(r"attn\.hook_[qkv]$", tap):
-        checks.append(lambda: _heads(a, b, bad, atol, rtol))
-    elif tap == "logits":
-        checks.append(lambda: _logits(a, b, bad, atol, rtol, ctx))
-    for check in checks:
-        try:
-            found = check()
-        except (ValueError, IndexError, FloatingPointError):  # a shape this pattern does not know: no cause
-            found = []
-        if found:
-            return found
-    return []
-
-
-# -- the Llama family's known porting bugs (docs/diagnosis.md, "Known bugs: Llama") ------------------------------
-
-ROPE_PAIRING = "RoPE pairing swapped"
-ROPE_BASE = "RoPE base"
-GQA_REPEAT = "grouped-query heads repeated, not interleaved"
-SWIGLU_SWAPPED = "SwiGLU gate and up swapped"
-RMS_EPS = "RMSNorm eps"
-RMS_ONE_PLUS_W = "RMSNorm weight applied as (1 + w)"
-ROPE_BASES = (10000.0, 500000.0, 1000000.0, 100000.0, 1000.0)  # the bases real checkpoints use, tried first
-
-
-def _is_llama(ctx: TapContext) -> bool:
-    return hasattr(ctx.config, "rope_pairing")  # LlamaConfig; GPTConfig has no RoPE
-
-
-def _rope(x: np.ndarray, base: float, pairing: str) -> np.ndarray:
-    """x (T, heads, dh) rotated as parity_reference.llama_model.apply_rope does, in float64."""
-    dh = x.shape[-1]
-    angle = np.arange(x.shape[0], dtype=np.float64)[:, None] * base ** (-np.arange(0, dh, 2) / dh)  # (T, dh/2)
-    c, s = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
-    if pairing == "half":
-        x1, x2 = x[..., :dh // 2], x[..., dh // 2:]
-        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return np.stack([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).reshape(x.shape)
-
-
-def _fitted_base(a: np.ndarray, x: np.ndarray, pairing: str) -> float | None:
-    """The RoPE base that turns x into a at position 1, pair 1 (angle base^(-2/dh) < 1 rad: no wrap); median."""
-    if a.ndim != 3 or a.shape[0] < 2 or a.shape[-1] < 4:
-        return None
-    dh = a.shape[-1]
-    cols = (1, 1 + dh // 2) if pairing == "half" else (2, 3)
-    x1, x2, r1, r2 = x[1, :, cols[0]], x[1, :, cols[1]], a[1, :, cols[0]], a[1, :, cols[1]]
-    angle = np.arctan2(x1 * r2 - x2 * r1, x1 * r1 + x2 * r2)
-    angle = angle[np.isfinite(angle) & (np.hypot(x1, x2) > 0.0)]
-    if angle.size == 0 or float(np.median(angle)) <= 0.0 or float(np.median(angle)) >= 1.0:
-        return None
-    return float(float(np.median(angle)) ** (-dh / 2.0))
-
-
-def _rot(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    cfg = ctx.llama
-    x = ctx.golden(ctx.tap.replace("hook_rot_", "hook_"))
-    if x is None or x.shape != a.shape:
-        return []
-    base, pairing = float(cfg.rope_base), str(cfg.rope_pairing)
-    other = "interleaved" if pairing == "half" else "half"
-    if _explains(a, b, _rope(x, base, other), bad, atol, rtol):
-        pairs = "(2j, 2j+1), Meta's" if other == "interleaved" else "(j, j + d_head/2), Hugging Face's"
-        return [f"{ROPE_PAIRING}: the rotation pairs columns {pairs} {other} pairing, instead of the model's "
-                f"{pairing} (recomputed from the golden's pre-rotation tap)"]
-    fitted = _fitted_base(a, x, pairing)
-    tried = [*ROPE_BASES, *([fitted] if fitted is not None else [])]
-    for wrong in tried:
-        if abs(wrong - base) > 1e-6 * base and _explains(a, b, _rope(x, wrong, pairing), bad, atol, rtol):
-            return [f"{ROPE_BASE}: the rotation is the golden's with base {wrong:.6g} instead of {base:g}"]
-    return []
-
-
-def _gqa_scores(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
-                ctx: TapContext) -> list[str]:
-    i = _layer(ctx.tap)
-    q, k = ctx.golden(f"blocks.{i}.attn.hook_rot_q"), ctx.golden(f"blocks.{i}.attn.hook_rot_k")
-    if q is None or k is None or q.ndim != 3 or k.ndim != 3 or q.shape[1] % k.shape[1] or k.shape[1] == q.shape[1]:
-        return []
-    H, Hkv = q.shape[1], k.shape[1]
-    kh = k[:, np.arange(H) % Hkv]  # (T, H, dh): query head h reads kv head h % n_kv (torch `repeat`)
-    pred = np.einsum("ihe,jhe->hij", q, kh) / math.sqrt(q.shape[-1])
-    if pred.shape != a.shape:
-        return []
-    if _explains(a, b, np.where(np.isneginf(b), -np.inf, pred), bad, atol, rtol):
-        return [f"{GQA_REPEAT}: query head h reads kv head h % {Hkv} (`repeat`) instead of h // {H // Hkv} "
-                "(`repeat_interleave`)"]
-    return []
-
-
-def _rms_scale(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    eps = float(ctx.llama.rms_eps)
-    fin = bad & np.isfinite(a)
-    if not fin.any():
-        return []
-    delta = float(np.median((a * a - b * b)[fin]))
-    if delta != 0.0 and eps + delta >= 0.0 and _explains(a, b, np.sqrt(np.maximum(b * b + delta, 0.0)), bad, atol,
-                                                        rtol):
-        return [f"{RMS_EPS}: {eps + delta:.2g} instead of {eps:g} (scale^2 - golden^2 is the constant {delta:+.2g})"]
-    return []
-
-
-def _llama_q(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
-    i = _layer(ctx.tap)
-    which = ctx.tap[-1]
-    norm, gain = ctx.golden(f"blocks.{i}.ln1.hook_normalized"), ctx.weight(f"model.layers.{i}.input_layernorm.weight")
-    w = ctx.weight(f"model.layers.{i}.self_attn.{which}_proj.weight")
-    if norm is None or gain is None or w is None or norm.shape[-1] != w.shape[-1]:
-        return []
-    pred = (norm * (1.0 + gain)) @ w.T
-    bias = ctx.weight(f"model.layers.{i}.self_attn.{which}_proj.bias")
-    pred = (pred if bias is None else pred + bias).reshape(a.shape) if pred.size == a.size else None
-    if _explains(a, b, pred, bad, atol, rtol):
-        return [f"{RMS_ONE_PLUS_W}: the normalized input times (1 + w) (Gemma's convention) instead of Llama's w"]
-    return []
-
-
-def _llama_contextual(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
-                      ctx: TapContext) -> list[str]:
-    """The Llama family's known bugs at this tap, each recomputed from the golden's upstream taps and the weights."""
-    tap = ctx.tap
-    if re.search(r"attn\.hook_rot_[qk]$", tap):
-        return _rot(a, b, bad, atol, rtol, ctx)
-    if tap.endswith("attn.hook_attn_scores"):
-        return _gqa_scores(a, b, bad, atol, rtol, ctx)
-    if tap.endswith("mlp.hook_pre"):
-        up = ctx.golden(tap + "_linear")
-        if _explains(a, b, up, bad, atol, rtol):
-            return [f"{SWIGLU_SWAPPED}: the gate (hook_pre) is the golden's up projection (hook_pre_linear)"]
-        return []
-    if tap.endswith(".hook_scale"):
-        return _rms_scale(a, b, bad, atol, rtol, ctx)
-    if re.search(r"attn\.hook_[qkv]$", tap):
-        return _llama_q(a, b, bad, atol, rtol, ctx)
-    return []
-
-
 # -- decoding: a step's first failing tap, against the golden's previous step and one-step variants -----------------
 
 CACHE_TRANSPOSED = "cache layout transposed"
 STALE_CACHE = "stale cache"
 DECODE_POSITION = "the new token at a wrong position"
 OWN_KEY_UNSEEN = "cache appended after use"
-MLP_WEIGHTS = ("c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias")
 POSITION_OFFSETS = (-2, -1, 1, 2)  # the wrong positions tried besides 0 (not offset by the cache length at all)
 SINGLE_QUERY_MASK = "mask wrong at T = 1"
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What a decoding step's diagnosis predicts from: the model, its weights, the fed token and the golden's cache."""
-
-    config: GPTConfig
-    weights: Mapping[str, np.ndarray]
-    token: int  # the token fed at this step
-    position: int  # its position: the cache's length before the step
-    previous: Mapping[str, np.ndarray]  # the golden's decoding taps at the step before (its cache)
-    precision: str = ""  # what the candidate computed in
-
-
-def _one_step(ctx: StepContext, position: int, attend: str) -> dict[str, np.ndarray]:
-    """The step's taps when the token sits at `position` and its query attends to `attend`: "all" the keys (the
-    honest step), "cached" (all but its own), or "first" (key 0 only)."""
-    from parity_reference.numpy_model import layer_norm, mlp, sinusoidal_positions, softmax, unembed
-
-    cfg = ctx.config
-
-    def param(name: str) -> np.ndarray:  # in float64, one weight at a time (a large model is never copied whole)
-        return np.asarray(ctx.weights[name], dtype=np.float64)
-
-    d, H = cfg.d_model, cfg.n_head
-    dh = d // H
-    pos_embed = np.asarray(ctx.weights["wpe.weight"][position:position + 1], dtype=np.float64) \
-        if cfg.positions == "learned" else sinusoidal_positions(position + 1, d, np.float64)[position:]
-    x = np.asarray(ctx.weights["wte.weight"][[ctx.token]], dtype=np.float64) + pos_embed  # (1, d)
-    taps: dict[str, np.ndarray] = {}
-    for i in range(cfg.n_layer):
-        p = f"h.{i}."
-        cache_k = np.asarray(ctx.previous[f"blocks.{i}.attn.cache_k"], dtype=np.float64)  # (H, T, dh)
-        cache_v = np.asarray(ctx.previous[f"blocks.{i}.attn.cache_v"], dtype=np.float64)
-        ln1 = layer_norm(x, param(p + "ln_1.weight"), param(p + "ln_1.bias"), cfg.ln_eps, {}, "")
-        qkv = ln1 @ param(p + "attn.c_attn.weight") + param(p + "attn.c_attn.bias")  # (1, 3d)
-        q, k, v = (qkv[:, j * d:(j + 1) * d].reshape(1, H, dh).transpose(1, 0, 2) for j in range(3))  # (H, 1, dh)
-        keys, values = np.concatenate([cache_k, k], axis=1), np.concatenate([cache_v, v], axis=1)
-        seen = {"all": slice(None), "cached": slice(0, -1), "first": slice(0, 1)}[attend]
-        weights = softmax(q @ keys[:, seen].transpose(0, 2, 1) / math.sqrt(dh))  # (H, 1, n)
-        z = (weights @ values[:, seen]).transpose(1, 0, 2).reshape(1, d)
-        mid = x + z @ param(p + "attn.c_proj.weight") + param(p + "attn.c_proj.bias")
-        ln2 = layer_norm(mid, param(p + "ln_2.weight"), param(p + "ln_2.bias"), cfg.ln_eps, {}, "")
-        x = mid + mlp(ln2, {k: param(p + "mlp." + k) for k in MLP_WEIGHTS}, "", {}, "")
-        taps[f"blocks.{i}.attn.cache_k"], taps[f"blocks.{i}.attn.cache_v"] = keys, values
-    taps["logits"] = unembed(x, {k: param(k) for k in ("ln_f.weight", "ln_f.bias", "wte.weight")}, cfg, {}, "")[0]
-    return taps
 
 
 def diagnose_step(
@@ -705,18 +236,22 @@ def diagnose_step(
 
 def _step_variants(a: np.ndarray, b: np.ndarray, bad: np.ndarray, tap: str, atol: float, rtol: float,
                    ctx: StepContext) -> list[str]:
+    """The step recomputed from the golden's previous cache with one thing changed, by the family's `causes` module's
+    `step_replay` (none: no variant is tried)."""
+    replay = getattr(family_of(ctx.config).module("causes"), "step_replay", None)
+    if replay is None:
+        return []
     try:
         for attend, name in (("cached", f"{OWN_KEY_UNSEEN}: the new token's query does not see its own key and "
                                         "value (the cache grown after attention)"),
                              ("first", f"{SINGLE_QUERY_MASK}: the single-token query sees key 0 only (the square "
                                        "mask's first row applied to a one-query step)")):
-            if _explains(a, b, _one_step(ctx, ctx.position, attend).get(tap), bad, atol, rtol):
+            if _explains(a, b, replay(ctx, ctx.position, attend).get(tap), bad, atol, rtol):
                 return [name]
         tried = dict.fromkeys(p for p in (0, *(ctx.position + o for o in POSITION_OFFSETS))
                               if 0 <= p < ctx.config.n_ctx)
         for position in tried:
-            if position != ctx.position and _explains(a, b, _one_step(ctx, position, "all").get(tap), bad, atol,
-                                                      rtol):
+            if position != ctx.position and _explains(a, b, replay(ctx, position, "all").get(tap), bad, atol, rtol):
                 offset = position - ctx.position
                 return [f"{DECODE_POSITION}: encoded at position {position} instead of {ctx.position} "
                         f"(offset {offset:+d}{': not offset by the cache length' if position == 0 else ''})"]

@@ -14,7 +14,7 @@ from parity_harness._core.precision import TIERS
 from parity_harness._fixture.model_spec import decode_tap_names
 
 if TYPE_CHECKING:
-    from parity_harness._fixture.model_spec import ModelConfig
+    from parity_reference.families import ModelConfig
 
 CACHE_LAYOUT = ["H", "T", "d_head"]
 

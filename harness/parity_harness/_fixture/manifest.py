@@ -30,7 +30,8 @@ from parity_harness._fixture.tolerances import (
 from parity_reference.families import FamilyError
 
 if TYPE_CHECKING:
-    from parity_harness._fixture.model_spec import ModelConfig, ModelSpec
+    from parity_harness._fixture.model_spec import ModelSpec
+    from parity_reference.families import ModelConfig
 
 FORMAT_NAME = "parity-fixture"
 FORMAT_VERSION = 1

@@ -15,23 +15,19 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from parity_reference.families import Family, FamilyError, load_family
+from parity_reference.families import Family, FamilyError, family_names, load_family
 
 if TYPE_CHECKING:
-    from parity_reference.config import GPTConfig
-    from parity_reference.llama_config import LlamaConfig
-
-    ModelConfig = GPTConfig | LlamaConfig
+    from parity_reference.families import ModelConfig
 
 DEFAULT_FAMILY = "gpt2"  # a manifest without "family" (every fixture written before families)
-FAMILIES = ("gpt2", "llama")  # the families built in (the manifest schema's enum)
 
 
 @cache
 def family(name: str) -> Family:
     """A built-in family's table; FamilyError (one line) for an unknown name."""
-    if name not in FAMILIES:
-        raise FamilyError(f"unknown model family {name!r} (built in: {', '.join(FAMILIES)})")
+    if name not in family_names():
+        raise FamilyError(f"unknown model family {name!r} (built in: {', '.join(family_names())})")
     return load_family(name)
 
 
@@ -89,7 +85,19 @@ class ModelSpec:
         return decode_tap_names(self.config.n_layer)
 
     def decode_tap_shape(self, tap: str, n_pos: int) -> tuple[int, ...]:
-        return decode_tap_shape(self.config, tap, n_pos)
+        """[cache heads, T, d_head] for a cache tap holding T positions (the family's `cache_heads`: n_head, or
+        n_kv_heads with grouped-query attention), [V] for the logits."""
+        if tap == "logits":
+            return (self.config.vocab_size,)
+        return (int(getattr(self.config, self.family.decoding["cache_heads"])), n_pos, self.config.d_head)
+
+    def cache_sources(self) -> tuple[str, str]:
+        """The forward taps the decoding cache holds, relative to "blocks.{i}.": keys, values."""
+        return self.family.decoding["cache_keys"], self.family.decoding["cache_values"]
+
+    def code(self, role: str) -> Any:
+        """The family's module for a role (`parity_reference.families.CODE_ROLES`): "torch", "authoring", ..."""
+        return self.family.module(role)
 
 
 def decode_tap_names(n_layer: int) -> list[str]:
@@ -98,14 +106,6 @@ def decode_tap_names(n_layer: int) -> list[str]:
     for i in range(n_layer):
         names += [f"blocks.{i}.attn.cache_k", f"blocks.{i}.attn.cache_v"]
     return [*names, "logits"]
-
-
-def decode_tap_shape(config: ModelConfig, tap: str, n_pos: int) -> tuple[int, ...]:
-    """[H, T, d_head] for a cache tap holding T positions ([n_kv_heads, T, d_head] with grouped-query attention),
-    [V] for the logits."""
-    if tap == "logits":
-        return (config.vocab_size,)
-    return (int(getattr(config, "n_kv_heads", config.n_head)), n_pos, config.d_head)
 
 
 def model_spec(family_name: str, config: ModelConfig) -> ModelSpec:

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
+from parity_reference.families import family_names
+
 SEAL_KEY = "manifest_sha256"
 
 
@@ -180,7 +182,7 @@ def schema_markdown() -> str:
     for key, child in schema["properties"].items():
         walk(child, key, key in schema["required"])
         if key == "config":  # one config per family, chosen by "family" (the schema's allOf)
-            for family in ("gpt2", "llama"):
+            for family in family_names():
                 config = _resolve({"$ref": f"#/$defs/{family}_config"})
                 for name, field in config["properties"].items():
                     before = len(rows)

@@ -77,13 +77,13 @@ def step_causes(
     fixture: Fixture, checks: list[CheckResult], output: DecodeOutput, golden: DecodeOutput
 ) -> dict[tuple[str, str, str, str, int | None, str], str]:
     """The likely cause (_compare/diagnose.py, `diagnose_step`) at each prompt's first failing step and tap of one
-    backend x precision x golden tier: the only place a decoding first divergence can be."""
+    backend x precision x golden tier: the only place a decoding first divergence can be. Any family: the cache's
+    layout patterns are the same for all; the one-step replays are the family's `causes` module's, where it has
+    them (`step_replay`)."""
     from parity_harness._compare.diagnose import StepContext, diagnose_step
 
     decoding = fixture.decoding()
     assert decoding is not None
-    if fixture.family != "gpt2":  # the decoding bugs' replays are GPT-2's
-        return {}
     prompts = {p.name: p for p in decoding.prompts}
     out: dict[tuple[str, str, str, str, int | None, str], str] = {}
     done: set[str] = set()  # prompts diagnosed: at their first failing check (prompt, then step, then tap order)
@@ -94,7 +94,7 @@ def step_causes(
         key = (c.backend, c.precision, c.golden, c.case, c.step, c.tap)
         prompt, step = prompts[c.case], c.step
         previous = {t: golden[c.case][step_key(step - 1, t)] for t in decoding.taps} if step > 0 else {}
-        context = StepContext(fixture.config, fixture.weights(), prompt.generated[step - 1] if step else -1,
+        context = StepContext(fixture.model.config, fixture.weights(), prompt.generated[step - 1] if step else -1,
                               len(prompt.tokens) + step - 1, previous, c.precision)
         causes = diagnose_step(output[c.case].get(step_key(step, c.tap)), golden[c.case][step_key(step, c.tap)],
                                c.tap, step, atol=c.atol, rtol=c.rtol, context=context)

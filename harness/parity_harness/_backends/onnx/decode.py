@@ -25,13 +25,13 @@ import numpy as np
 from parity_harness._backends.onnx.graph import load_onnx
 from parity_harness._backends.onnx.load import FileKey, file_key, first_line
 from parity_harness._core.errors import BackendFailed, FixtureError
-from parity_reference.config import GPTConfig
+from parity_reference.families import family_of
 
 if TYPE_CHECKING:
     from parity_harness._backends.onnx.graph import Runner
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
-    from parity_harness._fixture.model_spec import ModelConfig
+    from parity_reference.families import ModelConfig
 
 TOKEN_INPUT = "token"
 
@@ -111,15 +111,15 @@ def decode_steps(config: ModelConfig, path: Path, requests: list[DecodeRequest],
     `path` and the prompt."""
     from parity_harness._fixture.decoding import steps_to_output
 
-    # The cache's keys: GPT-2's hook_k; Llama's keys after RoPE (hook_rot_k), n_kv_heads heads, as its prefill caches.
-    key_tap = "hook_k" if isinstance(config, GPTConfig) else "hook_rot_k"
+    # The taps the cache holds, from the family's table: GPT-2's hook_k; Llama's keys after RoPE (hook_rot_k).
+    keys_tap, values_tap = family_of(config).decoding["cache_keys"], family_of(config).decoding["cache_values"]
     out: DecodeOutput = {}
     for req in requests:
         try:
             taps = dict(zip(names, prefill(np.asarray(req.prompt, dtype=np.int64)), strict=True))
             logits = np.asarray(taps["logits"])[-1]  # (V,)
-            cache = [(np.asarray(taps[f"blocks.{i}.attn.{key_tap}"]).transpose(1, 0, 2).copy(),
-                      np.asarray(taps[f"blocks.{i}.attn.hook_v"]).transpose(1, 0, 2).copy())
+            cache = [(np.asarray(taps[f"blocks.{i}.{keys_tap}"]).transpose(1, 0, 2).copy(),
+                      np.asarray(taps[f"blocks.{i}.{values_tap}"]).transpose(1, 0, 2).copy())
                      for i in range(config.n_layer)]  # (T, H, dh) -> (H, T, dh)
             steps: list[tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = [(logits, cache)]
             for k in range(req.steps):
