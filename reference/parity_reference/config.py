@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 Positions = Literal["sinusoidal", "learned"]
+Activation = Literal["gelu", "gelu_new"]
+ACTIVATIONS: tuple[Activation, ...] = ("gelu", "gelu_new")
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,10 @@ class GPTConfig:
     positions: Positions = "sinusoidal"  # "sinusoidal" (2017 paper, no parameters) or "learned" (GPT-2's wpe)
     ln_eps: float = 1e-5  # LayerNorm epsilon, added to the biased variance
     causal: bool = True  # causal mask; False only for the lesson's unmasked experiment
+    # the MLP's activation: "gelu", the exact erf GELU (the lesson's), or "gelu_new", GPT-2's own tanh
+    # approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (transformers' NewGELUActivation).
+    # A manifest leaves the key out for "gelu", so every fixture made before it keeps its bytes and seal.
+    activation: Activation = "gelu"
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -31,6 +37,8 @@ class GPTConfig:
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
         if self.positions not in ("sinusoidal", "learned"):
             raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be 'gelu' or 'gelu_new', got {self.activation!r}")
         for name in ("vocab_size", "n_ctx", "d_model", "n_layer", "n_head", "d_mlp"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -40,12 +48,17 @@ class GPTConfig:
         return self.d_model // self.n_head
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The manifest's `config` object: every field, but `activation` only when it is not the default "gelu"."""
+        data = asdict(self)
+        if self.activation == "gelu":
+            del data["activation"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
-        """Build a config from a manifest's `config` object; unknown or missing keys are errors."""
-        return cls(**checked_fields(cls, data))
+        """Build a config from a manifest's `config` object; unknown or missing keys are errors, but `activation`
+        may be left out (the exact GELU, "gelu")."""
+        return cls(**checked_fields(cls, {"activation": "gelu", **data}))
 
 
 def checked_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ One readable file in dataflow order, in the spirit of nanoGPT's `model.py`. The 
 set of plain functions over a parameter dictionary keyed by Hugging Face GPT-2 names, so that
 `ts_model/model/model.ts` can mirror it function by function:
 
-    sinusoidal_positions, layer_norm, gelu, attention, mlp, block, unembed, forward
+    sinusoidal_positions, layer_norm, gelu, gelu_new, attention, mlp, block, unembed, forward
 
 and, for incremental decoding from a key/value cache (keys and values [H, T, d_head] per block):
 
@@ -67,6 +67,14 @@ def gelu(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
+def gelu_new(x: Tensor) -> Tensor:
+    """GPT-2's own activation, the tanh approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+
+    Written as transformers' `NewGELUActivation` writes it (`torch.pow(x, 3.0)`), so the two agree to round-off.
+    """
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 def attention(
     x: Tensor, params: Mapping[str, Tensor], prefix: str, config: GPTConfig, taps: Taps | None, name: str
 ) -> Tensor:
@@ -95,11 +103,13 @@ def attention(
     return out
 
 
-def mlp(x: Tensor, params: Mapping[str, Tensor], prefix: str, taps: Taps | None, name: str) -> Tensor:
-    """The position-wise network d -> d_mlp -> d with exact GELU."""
+def mlp(
+    x: Tensor, params: Mapping[str, Tensor], prefix: str, config: GPTConfig, taps: Taps | None, name: str
+) -> Tensor:
+    """The position-wise network d -> d_mlp -> d with the config's activation: the exact GELU, or gelu_new."""
     pre = x @ params[prefix + "c_fc.weight"] + params[prefix + "c_fc.bias"]  # (T, d_mlp)
     _record(taps, f"{name}.hook_pre", pre)
-    post = gelu(pre)  # (T, d_mlp)
+    post = gelu_new(pre) if config.activation == "gelu_new" else gelu(pre)  # (T, d_mlp)
     _record(taps, f"{name}.hook_post", post)
     return post @ params[prefix + "c_proj.weight"] + params[prefix + "c_proj.bias"]  # (T, d)
 
@@ -116,7 +126,7 @@ def block(x: Tensor, params: Mapping[str, Tensor], i: int, config: GPTConfig, ta
     ln2 = layer_norm(
         resid_mid, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, taps, f"{name}.ln2"
     )
-    mlp_out = mlp(ln2, params, p + "mlp.", taps, f"{name}.mlp")  # (T, d)
+    mlp_out = mlp(ln2, params, p + "mlp.", config, taps, f"{name}.mlp")  # (T, d)
     _record(taps, f"{name}.hook_mlp_out", mlp_out)
     resid_post = resid_mid + mlp_out  # (T, d)
     _record(taps, f"{name}.hook_resid_post", resid_post)
@@ -313,7 +323,7 @@ def block_step(
     attn_out, keys, values = attention_step(ln1, params, p + "attn.", config, cache_k, cache_v)  # (1, d)
     mid = x + attn_out  # (1, d)
     ln2 = layer_norm(mid, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, None, "")  # (1, d)
-    return mid + mlp(ln2, params, p + "mlp.", None, ""), keys, values  # (1, d)
+    return mid + mlp(ln2, params, p + "mlp.", config, None, ""), keys, values  # (1, d)
 
 
 def decode_step(params: Mapping[str, Tensor], config: GPTConfig, token: Tensor, cache: Cache) -> tuple[Tensor, Cache]:

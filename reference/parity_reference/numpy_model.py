@@ -64,6 +64,14 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def gelu_new(x: np.ndarray) -> np.ndarray:
+    """GPT-2's own activation, the tanh approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), in x's
+    dtype (NumPy has tanh), as transformers' `NewGELUActivation` writes it."""
+    inner = x.dtype.type(math.sqrt(2.0 / math.pi)) * (x + x.dtype.type(0.044715) * np.power(x, 3))  # like x
+    out: np.ndarray = 0.5 * x * (1.0 + np.tanh(inner))  # like x
+    return out
+
+
 def softmax(z: np.ndarray) -> np.ndarray:
     """Softmax over the last axis; -inf cells (the causal mask) get exactly 0."""
     e = np.exp(z - z.max(axis=-1, keepdims=True))  # like z; exp(-inf) = 0
@@ -97,11 +105,11 @@ def attention(
     return out
 
 
-def mlp(x: np.ndarray, params: Params, prefix: str, taps: Taps, name: str) -> np.ndarray:
-    """The position-wise network d -> d_mlp -> d with exact GELU."""
+def mlp(x: np.ndarray, params: Params, prefix: str, config: GPTConfig, taps: Taps, name: str) -> np.ndarray:
+    """The position-wise network d -> d_mlp -> d with the config's activation: the exact GELU, or gelu_new."""
     pre = x @ params[prefix + "c_fc.weight"] + params[prefix + "c_fc.bias"]  # (T, d_mlp)
     taps[f"{name}.hook_pre"] = pre
-    post = gelu(pre)  # (T, d_mlp)
+    post = gelu_new(pre) if config.activation == "gelu_new" else gelu(pre)  # (T, d_mlp)
     taps[f"{name}.hook_post"] = post
     out: np.ndarray = post @ params[prefix + "c_proj.weight"] + params[prefix + "c_proj.bias"]  # (T, d)
     return out
@@ -121,7 +129,7 @@ def block(x: np.ndarray, params: Params, i: int, config: GPTConfig, taps: Taps) 
     ln2 = layer_norm(
         resid_mid, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, taps, f"{name}.ln2"
     )
-    mlp_out = mlp(ln2, params, p + "mlp.", taps, f"{name}.mlp")  # (T, d)
+    mlp_out = mlp(ln2, params, p + "mlp.", config, taps, f"{name}.mlp")  # (T, d)
     taps[f"{name}.hook_mlp_out"] = mlp_out
     resid_post: np.ndarray = resid_mid + mlp_out  # (T, d)
     taps[f"{name}.hook_resid_post"] = resid_post
@@ -214,7 +222,7 @@ def block_step(
     attn_out, keys, values = attention_step(ln1, params, p + "attn.", config, cache_k, cache_v)  # (1, d)
     mid = x + attn_out  # (1, d)
     ln2 = layer_norm(mid, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, {}, "")  # (1, d)
-    out: np.ndarray = mid + mlp(ln2, params, p + "mlp.", {}, "")  # (1, d)
+    out: np.ndarray = mid + mlp(ln2, params, p + "mlp.", config, {}, "")  # (1, d)
     return out, keys, values
 
 

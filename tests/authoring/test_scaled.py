@@ -4,7 +4,8 @@
 - a weight perturbed in block 7 is reported at block 7;
 - the per-tap tolerances are c * eps * M_tap, within their ceilings; rows are in the manifest;
 - a Hugging Face checkpoint made with transformers' save_pretrained becomes a fixture (`--from-hf`),
-  and a gelu_new checkpoint is refused unless --exact-gelu;
+  and a gelu_fast checkpoint (not GPT-2's gelu_new) is refused unless --exact-gelu (gelu_new itself:
+  tests/authoring/test_gelu_new.py);
 - a streaming backend that yields the wrong case, or stops early, is one line, exit 2.
 """
 
@@ -141,19 +142,23 @@ def test_from_hf_checkpoint_becomes_a_fixture_every_backend_agrees_on(
     assert fixture.manifest["provenance"]["activation"].startswith("exact GELU (the checkpoint's own)")
 
 
-def test_from_hf_refuses_gelu_new_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_hf_refuses_gelu_fast_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gelu_fast's sqrt(2/pi) is cut to 0.7978845608: not parity's gelu_new, so not taken as it; --exact-gelu takes
+    its weights with the exact GELU, as for any tanh GELU."""
     from parity_harness._authoring.hf_import import export_from_hf
 
-    ckpt = _checkpoint(tmp_path / "ckpt", "gelu_new", monkeypatch)
-    with pytest.raises(FixtureError, match=r"activation_function is 'gelu_new'.*--exact-gelu"):
+    ckpt = _checkpoint(tmp_path / "ckpt", "gelu_fast", monkeypatch)
+    with pytest.raises(FixtureError, match=r"activation_function is 'gelu_fast'.*not GPT-2's gelu_new.*--exact-gelu"):
         export_from_hf(ckpt, tmp_path / "refused", progress=lambda _m: None, with_onnx=False)
     assert not (tmp_path / "refused").exists()
     cli = run_cli("export", "--from-hf", str(ckpt), "--fixture", str(tmp_path / "refused"))
     lines = cli.stderr.strip().splitlines()
     assert cli.returncode == 2 and len(lines) == 1 and lines[0].startswith("parity: error: ")
-    assert "activation_function is 'gelu_new'" in lines[0] and "--exact-gelu" in lines[0]
+    assert "activation_function is 'gelu_fast'" in lines[0] and "--exact-gelu" in lines[0]
     export_from_hf(ckpt, tmp_path / "taken", exact_gelu=True, progress=lambda _m: None, with_onnx=False)
-    assert "not the checkpoint's 'gelu_new'" in load_fixture(tmp_path / "taken").manifest["provenance"]["activation"]
+    taken = load_fixture(tmp_path / "taken")
+    assert "not the checkpoint's 'gelu_fast'" in taken.manifest["provenance"]["activation"]
+    assert taken.config.activation == "gelu"
 
 
 def _backend(name: str) -> GuardedBackend:
@@ -172,8 +177,8 @@ def test_export_preset_needs_a_new_directory_and_a_known_preset(tmp_path: Path) 
         "(hundreds of MB for gpt2-small)")
     unknown = run_cli("export", "--preset", "gpt3", "--fixture", str(tmp_path / "x"))
     assert unknown.returncode == 2
-    assert ("unknown preset 'gpt3' (known: toy, toy-stress, toy-llama, gpt2-small, gpt2-mini, fp16-probe, "
-            "llama-mini, llama-small)") in unknown.stderr
+    assert ("unknown preset 'gpt3' (known: toy, toy-stress, toy-llama, gpt2-small, gpt2-mini, gpt2-mini-gelu-new, "
+            "fp16-probe, llama-mini, llama-small)") in unknown.stderr
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     busy = run_cli("export", "--preset", "gpt2-mini", "--fixture", str(tmp_path / "full"))

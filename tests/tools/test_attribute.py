@@ -53,7 +53,7 @@ def mixed_logits(fixture: Fixture, kept: list[str], tokens: list[int]) -> np.nda
                 x = x + model.attention(ln, p, h + "attn.", c, None, "")  # (T, d)
             else:
                 ln = model.layer_norm(x, p[h + "ln_2.weight"], p[h + "ln_2.bias"], c.ln_eps, None, "")  # (T, d)
-                x = x + model.mlp(ln, p, h + "mlp.", None, "")  # (T, d)
+                x = x + model.mlp(ln, p, h + "mlp.", c, None, "")  # (T, d)
     raise AssertionError("no unembed layer")
 
 

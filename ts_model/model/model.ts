@@ -3,7 +3,7 @@
 // A function-by-function mirror of reference/parity_reference/model.py, in the same order and under the same names
 // in camelCase:
 //
-//     sinusoidalPositions, layerNorm, gelu, attention, mlp, block, unembed, forward, runWithTaps
+//     sinusoidalPositions, layerNorm, gelu, geluNew, attention, mlp, block, unembed, forward, runWithTaps
 //
 // and, for incremental decoding from a key/value cache (keys and values [H, T, d_head] per block):
 //
@@ -32,10 +32,13 @@ export interface GPTConfig {
   readonly positions: "sinusoidal" | "learned"; // 2017 sinusoids (no parameters) or GPT-2's wpe
   readonly ln_eps: number; // LayerNorm epsilon, added to the biased variance
   readonly causal: boolean; // causal mask; false only for the lesson's unmasked experiment
+  // The MLP's activation: absent (a manifest leaves it out) or "gelu", the exact erf GELU; "gelu_new", GPT-2's tanh one.
+  readonly activation?: "gelu" | "gelu_new";
 }
 
 const CONFIG_INTS = ["vocab_size", "n_ctx", "d_model", "n_layer", "n_head", "d_mlp"] as const;
 const CONFIG_KEYS = [...CONFIG_INTS, "positions", "ln_eps", "causal"] as const;
+const CONFIG_OPTIONAL = ["activation"] as const; // may be left out: "gelu"
 
 /** Build a config from a manifest's `config` object; unknown, missing or invalid keys throw. */
 export function parseConfig(raw: unknown): GPTConfig {
@@ -43,7 +46,8 @@ export function parseConfig(raw: unknown): GPTConfig {
     throw new Error("config must be an object");
   }
   const data = raw as Record<string, unknown>;
-  const unknown = Object.keys(data).filter((k) => !(CONFIG_KEYS as readonly string[]).includes(k));
+  const known: readonly string[] = [...CONFIG_KEYS, ...CONFIG_OPTIONAL];
+  const unknown = Object.keys(data).filter((k) => !known.includes(k));
   if (unknown.length > 0) throw new Error(`unknown config keys: ${unknown.sort().join(", ")}`);
   const missing = CONFIG_KEYS.filter((k) => !(k in data));
   if (missing.length > 0) throw new Error(`missing config keys: ${[...missing].sort().join(", ")}`);
@@ -62,6 +66,9 @@ export function parseConfig(raw: unknown): GPTConfig {
   }
   if (typeof config.causal !== "boolean") {
     throw new Error(`causal must be true or false, got ${JSON.stringify(config.causal)}`);
+  }
+  if ("activation" in data && config.activation !== "gelu" && config.activation !== "gelu_new") {
+    throw new Error(`activation must be 'gelu' or 'gelu_new', got ${JSON.stringify(config.activation)}`);
   }
   if (config.d_model % config.n_head !== 0) {
     throw new Error(`d_model=${config.d_model} is not divisible by n_head=${config.n_head}`);
@@ -363,6 +370,18 @@ export function gelu(x: Tensor): Tensor {
   return out;
 }
 
+/** GPT-2's own activation, the tanh approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), written as
+ *  transformers' NewGELUActivation writes it (x^3 as x * x * x, which is how torch computes its pow(x, 3)). */
+export function geluNew(x: Tensor): Tensor {
+  const out: Tensor = { shape: x.shape, data: new Float64Array(x.data.length) };
+  const c = Math.sqrt(2.0 / Math.PI);
+  for (let i = 0; i < x.data.length; i++) {
+    const v = x.data[i];
+    out.data[i] = 0.5 * v * (1.0 + Math.tanh(c * (v + 0.044715 * (v * v * v))));
+  }
+  return out;
+}
+
 /** Multi-head self-attention on LN1's output; returns c_proj(z) with its bias. */
 export function attention(
   x: Tensor,
@@ -420,11 +439,11 @@ export function attention(
   return linear(zFlat, param(params, prefix + "c_proj.weight"), param(params, prefix + "c_proj.bias")); // (T, d)
 }
 
-/** The position-wise network d -> d_mlp -> d with exact GELU. */
-export function mlp(x: Tensor, params: Params, prefix: string, taps: Taps | null, name: string): Tensor {
+/** The position-wise network d -> d_mlp -> d with the config's activation: the exact GELU, or gelu_new. */
+export function mlp(x: Tensor, params: Params, prefix: string, config: GPTConfig, taps: Taps | null, name: string): Tensor {
   const pre = linear(x, param(params, prefix + "c_fc.weight"), param(params, prefix + "c_fc.bias")); // (T, d_mlp)
   record(taps, `${name}.hook_pre`, pre);
-  const post = gelu(pre); // (T, d_mlp)
+  const post = config.activation === "gelu_new" ? geluNew(pre) : gelu(pre); // (T, d_mlp)
   record(taps, `${name}.hook_post`, post);
   return linear(post, param(params, prefix + "c_proj.weight"), param(params, prefix + "c_proj.bias")); // (T, d)
 }
@@ -440,7 +459,7 @@ export function block(x: Tensor, params: Params, i: number, config: GPTConfig, t
   const residMid = add(x, attnOut); // (T, d)
   record(taps, `${name}.hook_resid_mid`, residMid);
   const ln2 = layerNorm(residMid, param(params, p + "ln_2.weight"), param(params, p + "ln_2.bias"), config.ln_eps, taps, `${name}.ln2`); // (T, d)
-  const mlpOut = mlp(ln2, params, p + "mlp.", taps, `${name}.mlp`); // (T, d)
+  const mlpOut = mlp(ln2, params, p + "mlp.", config, taps, `${name}.mlp`); // (T, d)
   record(taps, `${name}.hook_mlp_out`, mlpOut);
   const residPost = add(residMid, mlpOut); // (T, d)
   record(taps, `${name}.hook_resid_post`, residPost);
@@ -644,7 +663,7 @@ export function blockStep(
   const attn = attentionStep(ln1, params, p + "attn.", config, cache); // (1, d)
   const mid = add(x, attn.out); // (1, d)
   const ln2 = layerNorm(mid, param(params, p + "ln_2.weight"), param(params, p + "ln_2.bias"), config.ln_eps, null, ""); // (1, d)
-  return { out: add(mid, mlp(ln2, params, p + "mlp.", null, "")), cache: attn.cache }; // (1, d)
+  return { out: add(mid, mlp(ln2, params, p + "mlp.", config, null, "")), cache: attn.cache }; // (1, d)
 }
 
 /** One new token at position T, the cache's length: its logits (V,) and the cache at T + 1. */

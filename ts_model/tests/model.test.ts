@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { argmax, decode, gelu, layerNorm, paramShapes, parseConfig, runWithTaps, sinusoidalPositions, tapNames } from "../model/model.ts";
+import { argmax, decode, gelu, geluNew, layerNorm, paramShapes, parseConfig, runWithTaps, sinusoidalPositions, tapNames } from "../model/model.ts";
 import type { GPTConfig, Taps, Tensor } from "../model/model.ts";
 
 const TOY: GPTConfig = {
@@ -35,6 +35,14 @@ test("gelu is the exact one", () => {
   assert.ok(Math.abs(y[2]! + 0.15865525393145707) < 1e-16);
 });
 
+test("geluNew is GPT-2's tanh GELU, not the exact one", () => {
+  const y = geluNew(t([3], [0, 1, -1])).data;
+  assert.equal(y[0], 0);
+  // transformers NewGELUActivation in float64; Phi(1) would be 0.8413447
+  assert.ok(Math.abs(y[1]! - 0.8411919906082768) < 1e-16);
+  assert.ok(Math.abs(y[2]! + 0.1588080093917233) < 1e-16);
+});
+
 test("config: validated like parity_reference.config.GPTConfig", () => {
   assert.deepEqual(parseConfig({ ...TOY }), TOY);
   assert.throws(() => parseConfig({ ...TOY, extra: 1 }), /unknown config keys: extra/);
@@ -42,6 +50,8 @@ test("config: validated like parity_reference.config.GPTConfig", () => {
   assert.throws(() => parseConfig({ ...TOY, positions: "rotary" }), /positions must be/);
   const { causal: _, ...noCausal } = TOY;
   assert.throws(() => parseConfig(noCausal), /missing config keys: causal/);
+  assert.deepEqual(parseConfig({ ...TOY, activation: "gelu_new" }), { ...TOY, activation: "gelu_new" }); // optional
+  assert.throws(() => parseConfig({ ...TOY, activation: "relu" }), /activation must be 'gelu' or 'gelu_new'/);
 });
 
 test("the parameter count matches the seed's table (1,856 for the toy)", () => {

@@ -101,6 +101,11 @@ class ExampleBackend(Backend):
     requires = ("numpy",)
     install_hint = "pip install ./examples/plugin"
 
+    def declines(self, fixture: Fixture) -> str | None:
+        if fixture.config.activation != "gelu":  # GPT-2's tanh gelu_new: this example computes the exact GELU only
+            return f"computes the exact GELU only, not this fixture's {fixture.config.activation!r}"
+        return None
+
     def supported_taps(self, fixture: Fixture) -> list[str]:
         return [t for t in fixture.tap_names if _wanted(t)]  # manifest order = dataflow order
 

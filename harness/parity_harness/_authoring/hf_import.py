@@ -14,12 +14,15 @@ cannot represent faithfully is one line naming the file and the field or tensor.
   value is a float32; integer (quantized), boolean and 8-bit float tensors are refused. The source
   dtype goes into `provenance.source_dtype`. Two keys for one parameter (`transformer.wte.weight`
   and `wte.weight`) are refused, not resolved.
-- The activation: GPT-2's checkpoints say `"activation_function": "gelu_new"`, the tanh approximation,
-  while parity's reference (and every backend) computes the exact erf GELU. The two differ by up to
-  ~5e-4 per activation, so a tanh-GELU checkpoint is refused unless `--exact-gelu` says to take its
-  weights with the exact GELU: the fixture is then the exact-GELU model with those weights (not what
-  transformers computes for that checkpoint), and `provenance.activation` says so. A checkpoint with
-  `"gelu"` is taken as is; any other activation (relu, silu, ...) is refused with or without the flag.
+- The activation: GPT-2's checkpoints say `"activation_function": "gelu_new"`, GPT-2's own tanh approximation
+  of GELU, and parity's GPT-2 family computes it (config `activation: "gelu_new"`), so such a checkpoint is
+  taken as it is. transformers' other names for the same formula and constants (`gelu_pytorch_tanh`: torch's
+  fused tanh kernel; `gelu_python_tanh`; `gelu_accurate`) differ from it only by rounding, and are taken as
+  `gelu_new` too. `"gelu"` (the exact erf GELU) is taken as it is. `--exact-gelu` takes a tanh-GELU
+  checkpoint's weights with the exact GELU instead: a different model (up to ~5e-4 per activation), which
+  `provenance.activation` says. `gelu_fast` (the tanh GELU with sqrt(2/pi) cut to 0.7978845608) is not
+  parity's gelu_new and is taken only under `--exact-gelu`; any other activation (relu, silu, ...) is refused
+  with or without the flag.
 
 A Llama-architecture checkpoint (`model_type` "llama", `LlamaForCausalLM` / `LlamaModel`) gives a fixture of
 the "llama" family (parity_reference/llama_config.py), its tensors already under parity's (Hugging Face's) names:
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +53,20 @@ import numpy as np
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.strict_json import load_json_object
 from parity_harness._fixture.files import fixture_errors
-from parity_reference.config import GPTConfig, param_shapes
+from parity_reference.config import Activation, GPTConfig, param_shapes
 from parity_reference.llama_config import LlamaConfig
 from parity_reference.llama_config import param_shapes as llama_param_shapes
 from parity_reference.tensor_check import Expected, TensorKind, check_table, check_values
 
 Progress = Callable[[str], None]
-EXACT = "gelu"  # the exact erf GELU: transformers' "gelu", parity's only activation
-TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # transformers' tanh approximations: --exact-gelu
+EXACT = "gelu"  # the exact erf GELU: transformers' "gelu", parity's activation "gelu"
+# transformers' names for GPT-2's tanh GELU 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the same formula and
+# constants (NewGELUActivation; GELUTanh: torch's fused kernel, or its Python twin; AccurateGELUActivation):
+# parity's activation "gelu_new"
+GELU_NEW = ("gelu_new", "gelu_pytorch_tanh", "gelu_python_tanh", "gelu_accurate")
+# a tanh GELU whose constant is not sqrt(2/pi) (FastGELUActivation's 0.7978845608): not parity's gelu_new
+OTHER_TANH = ("gelu_fast",)
+TANH_GELU = (*GELU_NEW, *OTHER_TANH)  # what --exact-gelu may replace with the exact GELU
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
 DROPPED_BUFFERS = (".attn.bias", ".attn.masked_bias")
 WIDENED_EXACTLY = ("F32", "F16", "BF16")  # safetensors dtypes whose every value is a float32
@@ -130,21 +139,26 @@ def read_hf_config(path: Path) -> HFConfig:
     return HFConfig(config, activation, tied)
 
 
-def check_activation(path: Path, activation: str, exact_gelu: bool) -> None:
-    """Refuse an activation parity would silently change: only "gelu", or a tanh GELU under --exact-gelu."""
+def check_activation(path: Path, activation: str, exact_gelu: bool) -> Activation:
+    """The config's `activation` for a checkpoint's `activation_function`: "gelu" as it is, GPT-2's tanh GELU (any
+    name of its formula) as "gelu_new", or "gelu" for a tanh GELU under --exact-gelu; FixtureError for an
+    activation parity would silently change."""
     if activation == EXACT:
-        return
-    if activation in TANH_GELU:
-        if exact_gelu:
-            return
+        return "gelu"
+    if activation in TANH_GELU and exact_gelu:
+        return "gelu"
+    if activation in GELU_NEW:
+        return "gelu_new"
+    if activation in OTHER_TANH:
         raise FixtureError(
-            f"{path}: activation_function is {activation!r}, but parity computes the exact "
-            "GELU ('gelu'); pass --exact-gelu to take these weights with the exact GELU (the fixture then "
-            "differs from what transformers computes for this checkpoint, by up to ~5e-4 per activation)"
+            f"{path}: activation_function is {activation!r}, a tanh GELU with sqrt(2/pi) cut to 0.7978845608: not "
+            f"GPT-2's gelu_new ({', '.join(GELU_NEW)}), which parity computes; pass --exact-gelu to take these "
+            "weights with the exact GELU (a different model, by up to ~5e-4 per activation)"
         )
     flag = " (--exact-gelu replaces only a tanh approximation of GELU)" if exact_gelu else ""
     raise FixtureError(f"{path}: activation_function {activation!r} is not one parity computes: it computes "
-                       f"the exact GELU ('gelu'){flag}; refused rather than changed")
+                       f"the exact GELU ('gelu') and GPT-2's tanh GELU ({', '.join(GELU_NEW)}){flag}; refused "
+                       "rather than changed")
 
 
 HF_WEIGHTS = TensorKind("tensor", finite=True, dtype_note=(
@@ -390,8 +404,8 @@ def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long:
         export_llama_from_hf(checkpoint, root, long, say, seed)
         return
     hf = read_hf_config(checkpoint / "config.json")
-    config, activation = hf.config, hf.activation
-    check_activation(checkpoint / "config.json", activation, exact_gelu)
+    activation = hf.activation
+    config = replace(hf.config, activation=check_activation(checkpoint / "config.json", activation, exact_gelu))
     weights, source_dtype = read_hf_weights(checkpoint / "model.safetensors", config, hf.tied)
     vocab = read_vocab(checkpoint, config.vocab_size)
     say(f"checkpoint {checkpoint.name}: V {config.vocab_size}, context {config.n_ctx}, d {config.d_model}, "
@@ -399,8 +413,12 @@ def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long:
     small = PRESETS["gpt2-small"]
     lengths = (*small.lengths, config.n_ctx) if long else small.lengths
     cases = make_cases(config, lengths, seed)
-    note = ("exact GELU (the checkpoint's own)" if activation == EXACT else
-            f"exact GELU, not the checkpoint's {activation!r} (--exact-gelu)")
+    if config.activation == "gelu_new":
+        note = f"gelu_new, GPT-2's tanh GELU (the checkpoint's own {activation!r})"
+    elif activation == EXACT:
+        note = "exact GELU (the checkpoint's own)"
+    else:
+        note = f"exact GELU, not the checkpoint's {activation!r} (--exact-gelu)"
     # Built beside `root` and swapped in, validated first; a failure leaves nothing
     # (parity_harness/_core/safe_write.py).
     write_scaled_fixture(root, config, weights, cases, vocab, {

@@ -1,10 +1,11 @@
 """`parity export --preset NAME`: a GPT-2-shaped fixture from deterministic random weights, not committed.
 
-`gpt2-small` is GPT-2 small's shape (V 50,257, context 1,024, d 768, 12 blocks of 12 heads, learned
-positions, tied embeddings, 124,439,808 parameters); `gpt2-mini` the same code path at toy size, for
-CI. Weights follow GPT-2's initialization (normal, std 0.02; the residual output projections
-`attn.c_proj` and `mlp.c_proj` std 0.02 / sqrt(2 n_layer); biases 0, LayerNorm gain 1, bias 0),
-drawn from numpy's PCG64 with the seed, so a seed names one fixture on every platform.
+`gpt2-small` is GPT-2 small's shape (V 50,257, context 1,024, d 768, 12 blocks of 12 heads, learned positions,
+tied embeddings, 124,439,808 parameters); `gpt2-mini` the same code path at toy size, for CI;
+`gpt2-mini-gelu-new` gpt2-mini with GPT-2's own activation, the tanh `gelu_new` (config `activation`). Weights
+follow GPT-2's initialization (normal, std 0.02; the residual output projections `attn.c_proj` and
+`mlp.c_proj` std 0.02 / sqrt(2 n_layer); biases 0, LayerNorm gain 1, bias 0), drawn from numpy's PCG64 with
+the seed, so a seed names one fixture on every platform.
 
 What makes it scale (docs/tolerances.md, docs/fixture-format.md):
 - `probs` and every `logit_lens.k` are [T, V]; the golden keeps only their last `LENS_ROWS`
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,14 +75,15 @@ class Preset:
 
 
 PROBE_OUTLIER = 200.0  # fp16-probe: wpe dim 0 gets +200, dim 1 -200 at every position
+GPT2_MINI = GPTConfig(vocab_size=96, n_ctx=32, d_model=16, n_layer=8, n_head=2, d_mlp=64, positions="learned")
 
 PRESETS: dict[str, Preset] = {
     "gpt2-small": Preset("gpt2-small", GPT2_SMALL, (1, 16, 128), 1024,
                          "GPT-2 small's shape: V 50,257, context 1,024, d 768, 12 blocks of 12 heads"),
-    "gpt2-mini": Preset("gpt2-mini",
-                        GPTConfig(vocab_size=96, n_ctx=32, d_model=16, n_layer=8, n_head=2, d_mlp=64,
-                                  positions="learned"),
-                        (1, 5, 24), 32, "the same code path at toy size (8 blocks), for CI"),
+    "gpt2-mini": Preset("gpt2-mini", GPT2_MINI, (1, 5, 24), 32, "the same code path at toy size (8 blocks), for CI"),
+    "gpt2-mini-gelu-new": Preset("gpt2-mini-gelu-new", replace(GPT2_MINI, activation="gelu_new"), (1, 5, 24), 32,
+                                 "gpt2-mini with GPT-2's own activation, the tanh gelu_new (as a real GPT-2 "
+                                 "checkpoint imports)"),
     "fp16-probe": Preset("fp16-probe",
                          GPTConfig(vocab_size=4096, n_ctx=16, d_model=16, n_layer=2, n_head=2, d_mlp=64,
                                    positions="learned"),

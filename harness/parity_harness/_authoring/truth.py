@@ -1,13 +1,13 @@
 """The forward pass in mpmath at high precision: an independent truth for the float64 golden.
 
-The same model as `parity_reference/model.py` (sinusoidal or learned positions, pre-LN blocks, exact
-GELU, causal mask, tied unembedding), written on plain Python lists of `mpmath.mpf`, with the
-float32 weights taken exactly. At 40 significant digits its own error is ~1e-40 relative, so the
-difference between a float64 result and `truth_taps` is the float64 result's error. It is slow
-(pure Python, about 0.1-0.5 s per case of the toy), which is fine for a model with d_model 8: it is
-used to measure the stress fixture's float64 error budget (parity_harness/_authoring/stress.py) and by a test on a
-couple of cases, never by a backend. numpy.longdouble would not do: it is plain float64 on some
-platforms (macOS arm64, Windows).
+The same model as `parity_reference/model.py` (sinusoidal or learned positions, pre-LN blocks, the exact GELU
+or GPT-2's tanh `gelu_new` as the config says, causal mask, tied unembedding), written on plain Python lists
+of `mpmath.mpf`, with the float32 weights taken exactly. At 40 significant digits its own error is ~1e-40
+relative, so the difference between a float64 result and `truth_taps` is the float64 result's error. It is
+slow (pure Python, about 0.1-0.5 s per case of the toy), which is fine for a model with d_model 8: it is used
+to measure the stress fixture's float64 error budget (parity_harness/_authoring/stress.py) and by a test on a
+couple of cases, never by a backend. numpy.longdouble would not do: it is plain float64 on some platforms
+(macOS arm64, Windows).
 
 `llama_truth_taps` is the same for the Llama family (parity_reference/llama_model.py: RMSNorm, RoPE with exact
 angles, grouped-query attention, SwiGLU, tied or untied unembedding): the truth the toy-llama fixture's float64
@@ -65,6 +65,14 @@ def _layer_norm(x: Mat, weight: Vec, bias: Vec, eps: float, mp: Any) -> tuple[Ma
         norms.append(nrm)
         out.append([n * g + b for n, g, b in zip(nrm, weight, bias, strict=True)])
     return out, scales, norms
+
+
+def _gelu(u: Any, activation: str, mp: Any) -> Any:
+    """The config's activation of one value: the exact GELU u/2 (1 + erf(u / sqrt 2)), or GPT-2's gelu_new
+    u/2 (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))) with its constants taken as written (decimal)."""
+    if activation == "gelu_new":
+        return u / 2 * (1 + mp.tanh(mp.sqrt(2 / mp.pi) * (u + mp.mpf("0.044715") * u ** 3)))
+    return u / 2 * (1 + mp.erf(u / mp.sqrt(2)))
 
 
 def truth_taps(weights: Mapping[str, np.ndarray], config: GPTConfig, tokens: Sequence[int],
@@ -142,7 +150,7 @@ def truth_taps(weights: Mapping[str, np.ndarray], config: GPTConfig, tokens: Seq
         rec(f"{name}.ln2.hook_normalized", n2, (n, d))
         hpre = _linear(ln2, _mat(p[pre + "mlp.c_fc.weight"], mp), _vec(p[pre + "mlp.c_fc.bias"], mp), mp)
         rec(f"{name}.mlp.hook_pre", hpre, (n, config.d_mlp))
-        post = [[u / 2 * (1 + mp.erf(u / mp.sqrt(2))) for u in row] for row in hpre]
+        post = [[_gelu(u, config.activation, mp) for u in row] for row in hpre]
         rec(f"{name}.mlp.hook_post", post, (n, config.d_mlp))
         mlp_out = _linear(post, _mat(p[pre + "mlp.c_proj.weight"], mp), _vec(p[pre + "mlp.c_proj.bias"], mp), mp)
         rec(f"{name}.hook_mlp_out", mlp_out, (n, d))

@@ -1,7 +1,8 @@
 """The `hf-transformers` backend: Hugging Face transformers' `GPT2LMHeadModel`, an implementation nobody here wrote.
 
-The model is built from the fixture's config (`attn_implementation="eager"`, `activation_function=
-"gelu"`, the exact erf GELU; dropout 0; tied embeddings) and given the fixture's weights in the
+The model is built from the fixture's config (`attn_implementation="eager"`; `activation_function` the
+config's `activation`: "gelu", the exact erf GELU, or "gelu_new", GPT-2's tanh GELU, transformers'
+`NewGELUActivation`; dropout 0; tied embeddings) and given the fixture's weights in the
 precision's dtype: upcast to float64 for fp64, rounded once (to nearest) to float16 / bfloat16 for fp16 /
 bf16. A sinusoidal fixture's positions are the sinusoid table (parity_reference.model's, computed in
 float64 and rounded once to the dtype) loaded as `wpe`. Nothing is downloaded (HF_HUB_OFFLINE=1).
@@ -15,7 +16,8 @@ the weights are assigned. In fp16 and bf16 (on the CPU) transformers' GPT-2 then
 dtype. Eager attention takes the softmax of the dtype's scores in the dtype, as the reference does
 (`reorder_and_upcast_attn`, the float32 upcast, is off by default). Two things differ from
 parity_reference/model.py, which rounds every op: the LayerNorms are `nn.LayerNorm`, torch's fused CPU
-kernel, whose mean and variance are not rounded to the dtype, and the GELU is torch's fused `gelu`.
+kernel, whose mean and variance are not rounded to the dtype, and the exact GELU is torch's fused `gelu`
+(gelu_new is written op by op, as the reference writes it).
 Taps are widened to float32 arrays (exactly: the reduced precisions' container); `probs` and the logit
 lens are softmaxes of the dtype's logits, in the dtype, so every value is on the dtype's grid.
 
@@ -70,13 +72,14 @@ GPT2_EOS = 50256  # GPT2Config's default bos_token_id and eos_token_id
 
 
 def hf_config(config: GPTConfig) -> Any:
-    """transformers' GPT2Config for a parity config: eager attention, exact GELU, no dropout, tied."""
+    """transformers' GPT2Config for a parity config: eager attention, the config's activation ("gelu", the exact
+    GELU, or "gelu_new"; transformers' names are parity's), no dropout, tied."""
     from transformers import GPT2Config
 
     special = GPT2_EOS if config.vocab_size > GPT2_EOS else None  # GPT-2's <|endoftext|>, if the vocabulary has it
     cfg = GPT2Config(
         vocab_size=config.vocab_size, n_positions=config.n_ctx, n_embd=config.d_model, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=config.d_mlp, activation_function="gelu",
+        n_head=config.n_head, n_inner=config.d_mlp, activation_function=config.activation,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=config.ln_eps,
         tie_word_embeddings=True, scale_attn_weights=True, use_cache=False,
         bos_token_id=special, eos_token_id=special,
@@ -128,7 +131,8 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
 class HFTransformersBackend(Backend):
     name: ClassVar[str] = "hf-transformers"
     description: ClassVar[str] = (
-        "transformers' GPT2LMHeadModel (eager attention, exact GELU), taps from hooks; fp16 and bf16 on the CPU")
+        "transformers' GPT2LMHeadModel (eager attention, the fixture's GELU), taps from hooks; fp16 and bf16 on the "
+        "CPU")
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
     requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     install_hint: ClassVar[str] = "pip install 'parity-harness[hf]'"

@@ -39,7 +39,7 @@ class NumpyBackend(Backend):
     """parity_reference/numpy_model.py's forward pass, on every case of a fixture."""
 
     name = "numpy"
-    description = "plain NumPy forward pass (math.erf for GELU), float32, float64 and float16"
+    description = "plain NumPy forward pass (math.erf for the exact GELU), float32, float64 and float16"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16")
     requires = ("numpy",)
     install_hint = "pip install numpy"
@@ -99,7 +99,7 @@ class NumpyBackend(Backend):
             else:
                 ln2 = layer_norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, taps,
                                  f"{name}.ln2")  # (T, d)
-                taps[f"{name}.hook_mlp_out"] = mlp(ln2, params, p + "mlp.", taps, f"{name}.mlp")  # (T, d)
+                taps[f"{name}.hook_mlp_out"] = mlp(ln2, params, p + "mlp.", config, taps, f"{name}.mlp")  # (T, d)
                 taps[f"{name}.hook_resid_post"] = x + taps[f"{name}.hook_mlp_out"]  # (T, d)
         return {tap: t.astype(DTYPES[precision], copy=False) for tap, t in taps.items()}
 

@@ -94,7 +94,8 @@ class PyTorchBackend(Backend):
                 else:
                     ln2 = model.layer_norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps,
                                            taps, f"{name}.ln2")  # (T, d)
-                    taps[f"{name}.hook_mlp_out"] = model.mlp(ln2, params, p + "mlp.", taps, f"{name}.mlp")  # (T, d)
+                    taps[f"{name}.hook_mlp_out"] = model.mlp(ln2, params, p + "mlp.", config, taps,
+                                                                f"{name}.mlp")  # (T, d)
                     taps[f"{name}.hook_resid_post"] = x + taps[f"{name}.hook_mlp_out"]  # (T, d)
         out = torch.float32 if precision in ("fp16", "bf16") else params["wte.weight"].dtype
         return {tap: t.to(out).contiguous().numpy() for tap, t in taps.items()}

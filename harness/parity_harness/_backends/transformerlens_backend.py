@@ -1,13 +1,14 @@
 """The `transformerlens` backend: TransformerLens' `HookedTransformer`, every tap read from its own hooks.
 
-The model is built from the fixture's config (`HookedTransformerConfig`: pre-LayerNorm "LN", the exact
-GELU `act_fn="gelu"`, causal or bidirectional attention, `eps` = ln_eps, `dtype` float32 or float64,
-no random initialization) and given the fixture's Hugging Face GPT-2 weights converted here to
-TransformerLens' layout (W_Q/W_K/W_V [H, d, d_head], W_O [H, d_head, d], W_in, W_out, ...), the same
-split `transformer_lens.pretrained.weight_conversions.gpt2` does. Positions: TransformerLens has no
-sinusoidal option, so a sinusoidal fixture's table (parity_reference.model's, computed in float64 and
-rounded once to the dtype) is loaded as `W_pos`; a learned one's `wpe` is. Embeddings are tied:
-`W_U` is `W_E` transposed, `b_U` zero.
+The model is built from the fixture's config (`HookedTransformerConfig`: pre-LayerNorm "LN", `act_fn` the
+config's `activation`: "gelu", the exact GELU, or "gelu_new", GPT-2's tanh GELU, TransformerLens' own; causal
+or bidirectional attention, `eps` = ln_eps, `dtype` float32 or float64, no random initialization) and given
+the fixture's Hugging Face GPT-2 weights converted here to TransformerLens' layout (W_Q/W_K/W_V [H, d,
+d_head], W_O [H, d_head, d], W_in, W_out, ...), the same split
+`transformer_lens.pretrained.weight_conversions.gpt2` does. Positions: TransformerLens has no sinusoidal
+option, so a sinusoidal fixture's table (parity_reference.model's, computed in float64 and rounded once to the
+dtype) is loaded as `W_pos`; a learned one's `wpe` is. Embeddings are tied: `W_U` is `W_E` transposed, `b_U`
+zero.
 
 The weights are set with `load_state_dict`, never `load_and_process_state_dict`: TransformerLens'
 weight processing (`ProcessWeights.process_weights`) casts every non-float32 tensor to float32 and
@@ -50,14 +51,15 @@ if TYPE_CHECKING:
 
 
 def tl_config(config: GPTConfig, dtype: torch.dtype) -> Any:
-    """TransformerLens' HookedTransformerConfig for a parity config: pre-LN, exact GELU, no initialization."""
+    """TransformerLens' HookedTransformerConfig for a parity config: pre-LN, the config's activation ("gelu" or
+    "gelu_new": TransformerLens' names are parity's), no initialization."""
     with silenced():
         from transformer_lens import HookedTransformerConfig
 
     return HookedTransformerConfig(
         n_layers=config.n_layer, d_model=config.d_model, n_ctx=config.n_ctx, d_head=config.d_head,
         n_heads=config.n_head, d_mlp=config.d_mlp, d_vocab=config.vocab_size, d_vocab_out=config.vocab_size,
-        act_fn="gelu", eps=config.ln_eps, normalization_type="LN", positional_embedding_type="standard",
+        act_fn=config.activation, eps=config.ln_eps, normalization_type="LN", positional_embedding_type="standard",
         attention_dir="causal" if config.causal else "bidirectional", use_attn_scale=True,
         init_weights=False, dtype=dtype, device="cpu", default_prepend_bos=False, tokenizer_name=None,
     )
@@ -199,7 +201,8 @@ def tl_llama_state_dict(weights: dict[str, np.ndarray], config: Any, dtype: torc
 
 class TransformerLensBackend(Backend):
     name: ClassVar[str] = "transformerlens"
-    description: ClassVar[str] = "TransformerLens' HookedTransformer (exact GELU, unprocessed weights), taps from hooks"
+    description: ClassVar[str] = ("TransformerLens' HookedTransformer (the fixture's GELU, unprocessed weights), "
+                                  "taps from hooks")
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64")
     requires: ClassVar[tuple[str, ...]] = ("torch", "transformer_lens")
     install_hint: ClassVar[str] = "pip install 'parity-harness[transformerlens]'"

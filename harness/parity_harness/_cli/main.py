@@ -571,16 +571,17 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--preset", metavar="NAME", default="toy",
                         help="toy: train and write the toy (default); toy-stress: derive the stress fixture from the "
                              "toy's weights (_authoring/stress.py); toy-llama: the committed Llama fixture "
-                             "(fixtures/toy-llama; --check works); gpt2-small, gpt2-mini, fp16-probe, llama-mini, "
-                             "llama-small: a fixture from seeded random weights (parity_harness/_authoring/presets.py)")
+                             "(fixtures/toy-llama; --check works); gpt2-small, gpt2-mini, gpt2-mini-gelu-new (GPT-2's "
+                             "tanh gelu_new), fp16-probe, llama-mini, llama-small: a fixture from seeded random "
+                             "weights (parity_harness/_authoring/presets.py)")
     export.add_argument("--from", dest="source", metavar="DIR",
                         help="with --preset toy-stress: the toy fixture to derive it from (default: fixtures/toy)")
     export.add_argument("--from-hf", metavar="CHECKPOINT_DIR",
-                        help="write a fixture from a local Hugging Face GPT-2 checkpoint "
-                             "(config.json, model.safetensors)")
+                        help="write a fixture from a local Hugging Face GPT-2 or Llama checkpoint "
+                             "(config.json, model.safetensors); a GPT-2 one's gelu_new (tanh GELU) is kept as it is")
     export.add_argument("--exact-gelu", action="store_true",
-                        help="with --from-hf: take a checkpoint made for gelu_new (tanh) and run it with "
-                             "the exact GELU")
+                        help="with --from-hf: take a checkpoint made for a tanh GELU (gelu_new, gelu_fast, ...) "
+                             "with the exact GELU instead: a different model, not the checkpoint's")
     export.add_argument("--long", action="store_true",
                         help="with --preset/--from-hf: add a case of the full context (1,024 tokens for gpt2-small)")
     export.add_argument("--check", action="store_true",

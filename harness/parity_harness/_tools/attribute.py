@@ -119,7 +119,7 @@ def _exact_rest(params: dict[str, np.ndarray], fixture: Fixture, layer: str, x: 
             x = x + nm.attention(ln, params, p + "attn.", config, scratch, "s")  # (T, d)
         else:
             ln = nm.layer_norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], config.ln_eps, scratch, "s")
-            x = x + nm.mlp(ln, params, p + "mlp.", scratch, "s")  # (T, d)
+            x = x + nm.mlp(ln, params, p + "mlp.", config, scratch, "s")  # (T, d)
     return x  # layer == "unembed": x is already the logits
 
 
