@@ -3,7 +3,7 @@
 - `parity export --preset gpt2-mini-gelu-new` writes `"activation": "gelu_new"`, and every built-in backend of
   the GPT-2 family passes it;
 - a backend computing the exact GELU on it (a port that missed the config's activation) fails first at
-  `blocks.0.mlp.hook_post`, in both tiers;
+  `blocks.0.mlp.hook_post`, in both tiers, with the likely cause "exact GELU instead of gelu_new";
 - a GPT-2 checkpoint saying `"activation_function": "gelu_new"` (or `gelu_pytorch_tanh`, the same formula in
   torch's kernel) imports without `--exact-gelu`, as it is: its goldens are what transformers computes from the
   checkpoint itself, and hf-transformers passes on it.
@@ -21,6 +21,7 @@ import pytest
 from parity_harness import api
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.boundary import GuardedBackend
+from parity_harness._compare.gpt2_causes import GELU_EXACT
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._run.runner import run_parity
 from parity_reference import numpy_model
@@ -91,6 +92,8 @@ def test_the_exact_gelu_on_a_gelu_new_fixture_fails_first_at_mlp_hook_post(gelu_
     first = {(d.precision, d.golden): d.tap for d in report.divergences if d.backend == ExactGeluNumpy.name}
     assert first == {("fp32", "fp32"): "blocks.0.mlp.hook_post", ("fp64", "fp64"): "blocks.0.mlp.hook_post",
                      ("fp64", "fp32"): "blocks.0.mlp.hook_post"}, first
+    # The likely cause names the mistake (parity_harness/_compare/gpt2_causes.py), in every tier.
+    assert all(d.cause.startswith(f"{GELU_EXACT}: ") for d in report.divergences), [d.cause for d in report.divergences]
 
 
 def _backend(name: str) -> GuardedBackend:

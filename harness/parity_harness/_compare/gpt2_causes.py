@@ -34,6 +34,7 @@ MASK_LEAK = "causal mask leaks"
 SOFTMAX_OVERFLOW = "softmax overflow"
 SOFTMAX_SUM = "softmax normalizer wrong"
 GELU_TANH = "tanh GELU"
+GELU_EXACT = "exact GELU instead of gelu_new"
 GELU_RELU = "ReLU instead of GELU"
 ERF_APPROX = "erf approximated"
 ERF_OVERFLOW = "erf overflows"
@@ -181,6 +182,14 @@ def _gelu(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: floa
     if pre is None or pre.shape != a.shape:
         return []
     tanh = 0.5 * pre * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (pre + 0.044715 * pre**3)))
+    if _gpt(ctx).activation == "gelu_new":  # the fixture's own activation is the tanh one: the reverse mistake
+        from parity_reference.numpy_model import gelu
+
+        exact = gelu(np.asarray(pre, dtype=np.float64))
+        if _explains(a, b, exact, bad, atol, rtol):
+            return [f"{GELU_EXACT}: the exact erf GELU where the fixture's config says \"activation\": "
+                    "\"gelu_new\" (GPT-2's tanh GELU; the difference is gelu(pre) - gelu_tanh(pre))"]
+        return []
     candidates: dict[str, np.ndarray] = {
         f"{GELU_TANH}: GPT-2's gelu_new instead of the exact erf GELU (the difference is gelu_tanh(pre) - "
         "gelu(pre))": tanh,
