@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parity_harness._compare.diagnose import StepContext, diagnose_step
+from parity_harness._compare.diagnose import diagnose_step
+from parity_harness._compare.patterns import StepContext
 from parity_harness._fixture.decoding import golden_decoding, step_key
 from parity_harness._fixture.fixture import Fixture, load_fixture
 

@@ -80,7 +80,8 @@ def step_causes(
     backend x precision x golden tier: the only place a decoding first divergence can be. Any family: the cache's
     layout patterns are the same for all; the one-step replays are the family's `causes` module's, where it has
     them (`step_replay`)."""
-    from parity_harness._compare.diagnose import StepContext, diagnose_step
+    from parity_harness._compare.diagnose import diagnose_step
+    from parity_harness._compare.patterns import StepContext
 
     decoding = fixture.decoding()
     assert decoding is not None

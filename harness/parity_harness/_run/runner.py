@@ -288,7 +288,8 @@ class CaseJudge:
         failing = next((r for r in results if r.status == FAIL), None)
         if failing is None:
             return
-        from parity_harness._compare.diagnose import TapContext, diagnose
+        from parity_harness._compare.diagnose import diagnose
+        from parity_harness._compare.patterns import TapContext
 
         tap, fx = failing.tap, self.fixture
         actual = taps.get(tap)
