@@ -120,6 +120,14 @@ def test_selftest_catches_every_mutant(tmp_path: Path) -> None:
     assert report["totals"]["reduced_caught_at_tap_invisible_in_fp32"] == 3
     assert "reduced-precision mutants caught in fp16 at their tap, invisible in fp32 and fp64: 3/3" in proc.stdout
     assert "control (reference, unpatched, fp16-probe, fp16/bf16/fp32/fp64): pass" in proc.stdout
+    # The Llama mutants, of llama_model.py and of llama_numpy.py: caught on toy-llama at their tap, with a cause.
+    llama = [r for r in report["mutants"] if r["caught_on"] == "llama"]
+    assert {(r["target"], r["file"]) for r in llama} == {("reference", "llama_model.py"), ("numpy", "llama_numpy.py")}
+    for row in llama:
+        assert row["caught"] and row["localized"] and row["likely_cause"], row
+    assert report["llama_controls"] == {"reference": "", "numpy": ""}
+    assert report["totals"]["llama"] == report["totals"]["llama_caught_at_tap_with_cause"] == len(llama) == 12
+    assert "control (numpy, unpatched llama_numpy.py, toy-llama): pass" in proc.stdout
 
 
 def test_only_runs_the_named_mutants() -> None:
@@ -208,7 +216,8 @@ def test_catalog_shape(fixture: Fixture) -> None:
     assert decoding is not None
     for m in CATALOG:
         if m.caught_on == "llama":  # the Llama family's mutants: tests/families/llama/test_llama_mutants.py
-            assert m.name.startswith("llama-") and m.file == "llama_model.py", m.name
+            assert m.name.startswith("llama-np-" if m.target == "numpy" else "llama-"), m.name
+            assert m.file == {"reference": "llama_model.py", "numpy": "llama_numpy.py"}[m.target], m.name
             continue
         taps = fixture.tap_names if m.expected_step is None else decoding.taps
         assert m.expected_tap in taps, m.name

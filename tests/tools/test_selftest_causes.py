@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parity_harness._compare.diagnose import TapContext, diagnose
+from parity_harness._compare.diagnose import diagnose
+from parity_harness._compare.patterns import TapContext
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._tools.mutants import CATALOG, by_name
 from parity_harness._tools.selftest import run_selftest
@@ -64,6 +65,12 @@ CLASS: dict[str, str] = {
     "llama-swiglu-swapped": "SwiGLU gate and up swapped",
     "llama-rms-eps": "RMSNorm eps",
     "llama-rms-one-plus-w": "RMSNorm weight applied as (1 + w)",
+    "llama-np-rope-pairing": "RoPE pairing swapped",  # the same bugs in the NumPy Llama: the same classes
+    "llama-np-rope-base": "RoPE base",
+    "llama-np-gqa-repeat": "grouped-query heads repeated",
+    "llama-np-swiglu-swapped": "SwiGLU gate and up swapped",
+    "llama-np-rms-eps": "RMSNorm eps",
+    "llama-np-rms-one-plus-w": "RMSNorm weight applied as (1 + w)",
 }
 # The two named bugs and a decoding one, in the fast set (the TypeScript port's runs take 0.3 s each);
 # the whole catalog runs in the full set.

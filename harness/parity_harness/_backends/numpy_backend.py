@@ -19,6 +19,7 @@ decoding with its [n_kv_heads, T, d_head] cache), in the same three precisions; 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,8 +29,7 @@ from parity_harness._core.errors import FixtureError
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
 from parity_harness._fixture.fixture import Fixture
-from parity_reference import llama_numpy
-from parity_reference.numpy_model import attention, decode, forward, layer_norm, mlp, unembed
+from parity_reference.numpy_model import attention, layer_norm, mlp, unembed
 
 # The dtype each precision computes in (DTYPES is the dtype results are returned in).
 COMPUTE: dict[Precision, type[np.floating[Any]]] = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}
@@ -48,12 +48,17 @@ class NumpyBackend(Backend):
     streams = True  # one case at a time (`run_cases`): memory bounded by one case
     concurrent = True  # touches no process-wide state: may run beside another backend
 
+    def model_module(self, fixture: Fixture) -> ModuleType:
+        """The module that computes (its `forward` and `decode`): the family's NumPy model, its table's `numpy`
+        code (llama_numpy.py, numpy_model.py). `parity selftest` overrides it with a patched copy."""
+        return fixture.model.family.module("numpy")
+
     def run(self, fixture: Fixture, precision: Precision) -> BackendOutput:
         return dict(self.run_cases(fixture, precision))
 
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         config, dtype = fixture.model.config, COMPUTE[precision]
-        llama = fixture.family == "llama"
+        forward = self.model_module(fixture).forward  # llama_numpy.py's on a Llama fixture, else numpy_model.py's
         # fixture.weights() checks names, shapes and finiteness (FixtureError otherwise).
         weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: each float32 array is freed once cast (pop)
@@ -69,8 +74,7 @@ class NumpyBackend(Backend):
                 raise FixtureError(
                     f"case {case.name!r}: token id {bad[0]} out of range [0, {config.vocab_size})"
                 )
-            taps = (llama_numpy.forward(params, config, tokens, lens_rows) if llama  # type: ignore[arg-type]
-                    else forward(params, config, tokens, lens_rows))  # type: ignore[arg-type]
+            taps = forward(params, config, tokens, lens_rows)
             out = DTYPES[precision]  # fp16: widened to the float32 container (exact)
             yield case.name, {tap: taps[tap].astype(out, copy=False) for tap in self.supported_taps(fixture)}
 
@@ -110,7 +114,7 @@ class NumpyBackend(Backend):
         dtype = DTYPES[precision]
         params = {name: w.astype(dtype) for name, w in fixture.weights().items()}
         config = fixture.model.config
-        run: Any = llama_numpy.decode if fixture.family == "llama" else decode
+        run = self.model_module(fixture).decode
         return {req.name: steps_to_output(config.n_layer, run(
                     params, config, list(req.prompt), req.steps,
                     list(req.feed) if req.feed is not None else None))

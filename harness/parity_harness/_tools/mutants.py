@@ -1,8 +1,10 @@
 """The mutant catalog: realistic porting bugs, each a small exact-string patch of an implementation.
 
 A mutant patches a temporary copy of one file: `ts_model/model/model.ts` (target "typescript", run by
-the typescript backend through `PARITY_TS_DIR`) or `parity_reference/model.py` (target "reference",
-loaded as a module and run like the pytorch backend in float32 and float64). Each patch is an
+the typescript backend through `PARITY_TS_DIR`), `parity_reference/model.py` or `llama_model.py` (target
+"reference", loaded as a module and run like the pytorch backend in float32 and float64), or
+`parity_reference/llama_numpy.py` (target "numpy", loaded as a module and run by the numpy backend's own code in
+float32 and float64). Each patch is an
 (anchor, replacement) pair whose anchor must occur exactly once in the file, and in its code: a
 missing or repeated anchor, or one that touches a comment (or a Python docstring), raises
 `MutantAnchorError`, so the catalog cannot rot silently when the models change, nor patch a comment
@@ -28,7 +30,10 @@ decoding only: a decoding mutant of the toy, caught by the fp32 and fp64 decodin
 
 "llama" marks the Llama family's porting bugs (`LLAMA`, "llama-..."): patches of
 `parity_reference/llama_model.py`, run on the Llama toy fixture (fixtures/toy-llama) in float32 and float64,
-each caught at its tap with a likely cause that names it (parity_harness/_compare/diagnose.py).
+each caught at its tap with a likely cause that names it (parity_harness/_compare/diagnose.py). The NumPy Llama,
+`parity_reference/llama_numpy.py`, is a second implementation a port can get wrong the same way: each bug has a
+twin there (`LLAMA_NUMPY`, "llama-np-..."), made from its torch twin (the same description, tap and fixture, the
+NumPy spelling of the patch), which must be caught at the same tap with the same likely cause.
 """
 
 from __future__ import annotations
@@ -45,10 +50,11 @@ from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import Precision
 from parity_harness._core.resources import ts_model_dir
 
-Target = Literal["typescript", "reference"]
+Target = Literal["typescript", "reference", "numpy"]  # who runs the patched copy: typescript, pytorch's or numpy's code
 CaughtOn = Literal["toy", "stress", "probe", "llama"]  # the fixture that must catch the mutant
 
-TARGET_DIRS: dict[Target, Path] = {"typescript": ts_model_dir(), "reference": Path(parity_reference.__file__).parent}
+_REFERENCE_DIR = Path(parity_reference.__file__).parent
+TARGET_DIRS: dict[Target, Path] = {"typescript": ts_model_dir(), "reference": _REFERENCE_DIR, "numpy": _REFERENCE_DIR}
 
 
 class MutantAnchorError(ParityError):
@@ -59,7 +65,7 @@ class MutantAnchorError(ParityError):
 class Mutant:
     """One porting bug: where it goes, how it is made, and where and by which tier it should be caught."""
 
-    name: str  # "ts-..." patches ts_model/, "py-..." patches reference/
+    name: str  # "ts-..." patches ts_model/, "py-..." reference/model.py, "llama-..." the Llama references
     target: Target
     file: str  # the patched file, relative to the target's directory
     patches: tuple[tuple[str, str], ...]  # (anchor, replacement): each anchor must match exactly once
@@ -100,7 +106,7 @@ class Mutant:
 
 def comment_spans(text: str, target: Target) -> list[tuple[int, int]]:
     """[start, end) offsets of the comments of a source text (TypeScript, or Python with its docstrings)."""
-    return _python_comment_spans(text) if target == "reference" else _ts_comment_spans(text)
+    return _ts_comment_spans(text) if target == "typescript" else _python_comment_spans(text)
 
 
 def _python_comment_spans(text: str) -> list[tuple[int, int]]:
@@ -209,6 +215,13 @@ def _py(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: 
 
 def _llama(name: str, patches: tuple[tuple[str, str], ...], description: str, tap: str) -> Mutant:
     return Mutant(name, "reference", "llama_model.py", patches, description, tap, False, None, "llama")
+
+
+def _llama_numpy(twin: Mutant, patches: tuple[tuple[str, str], ...], description: str | None = None) -> Mutant:
+    """The same bug in parity_reference/llama_numpy.py: the torch twin's tap, fixture and (unless given) description."""
+    name = twin.name.replace("llama-", "llama-np-", 1)
+    return Mutant(name, "numpy", "llama_numpy.py", patches, description or twin.description, twin.expected_tap,
+                  twin.fp64_only, twin.expected_step, twin.caught_on)
 
 
 _TS_MASK = "scores.data[(h * T + i) * T + j] = config.causal && j > i ? -Infinity : dot / rootDh;"
@@ -400,6 +413,23 @@ LLAMA: tuple[Mutant, ...] = (
            "blocks.0.attn.hook_q"),
 )
 
+# -- the same six bugs in the NumPy Llama (parity_reference/llama_numpy.py), run like the numpy backend ---------------
+_RMS_EPS_NP = "+ x.dtype.type(eps))"
+_TWIN = {m.name: m for m in LLAMA}
+LLAMA_NUMPY: tuple[Mutant, ...] = (
+    _llama_numpy(_TWIN["llama-rope-pairing"], (('if pairing == "half":', 'if pairing != "half":'),)),
+    _llama_numpy(_TWIN["llama-rope-base"], (("np.float64(base)",
+                                             "np.float64(500000.0 if base == 10000.0 else 10000.0)"),)),
+    _llama_numpy(_TWIN["llama-gqa-repeat"], (("return np.repeat(kv, n_rep, axis=-3)",
+                                              "return np.tile(kv, (n_rep, 1, 1))"),),
+                 "grouped-query kv heads expanded with `np.tile` (head h reads kv h % n_kv) instead of `np.repeat` "
+                 "(torch's `repeat` for `repeat_interleave`)"),
+    _llama_numpy(_TWIN["llama-swiglu-swapped"], _TWIN["llama-swiglu-swapped"].patches),  # the same text in both
+    _llama_numpy(_TWIN["llama-rms-eps"], ((_RMS_EPS_NP, _RMS_EPS_NP.replace("(eps)",
+                                                                           "(1e-6 if eps != 1e-6 else 1e-5)")),)),
+    _llama_numpy(_TWIN["llama-rms-one-plus-w"], (("normalized * weight", "normalized * (1.0 + weight)"),)),
+)
+
 CATALOG: tuple[Mutant, ...] = (
     # -- TypeScript port (float64 only: the fp64 tier and the fp64-vs-fp32 comparison) ------------
     _ts("ts-no-causal-mask", ((_TS_MASK, "scores.data[(h * T + i) * T + j] = dot / rootDh;"),),
@@ -517,6 +547,7 @@ CATALOG: tuple[Mutant, ...] = (
     *REDUCED,
     # -- the Llama family: caught on fixtures/toy-llama, each at its tap with its likely cause -----------
     *LLAMA,
+    *LLAMA_NUMPY,  # the same bugs in the NumPy Llama
 )
 
 

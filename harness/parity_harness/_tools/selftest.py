@@ -3,7 +3,9 @@
 Each mutant of `parity_harness._tools.mutants.CATALOG` patches a temporary copy of an implementation and is run
 through `run_parity` like any backend: typescript mutants by the typescript backend with
 `PARITY_TS_DIR` pointing at the patched copy (float64), reference mutants as a module loaded from
-the patched parity_reference/model.py, computed like the pytorch backend in float32 and float64.
+the patched parity_reference/model.py, computed like the pytorch backend in float32 and float64, numpy mutants
+as a module loaded from the patched parity_reference/llama_numpy.py, computed by the numpy backend's own code
+(`NumpyBackend.model_module` returns the copy) in float32 and float64.
 
 Per mutant: caught (any comparison failed, or the run stopped with an error), the tiers that
 caught it, the first diverging tap reported (the earliest, in dataflow order, over the tiers that
@@ -25,10 +27,10 @@ where they must be caught at their expected tap, and in fp32 and fp64, where eve
 (their bug lives in a half fast path). The probe's control runs the unpatched reference in fp16, bf16,
 fp32 and fp64: honest reduced precision must pass there.
 
-The Llama family's mutants (`caught_on == "llama"`) patch parity_reference/llama_model.py and run on the Llama
-toy fixture (`llama`, default: the toy's sibling directory toy-llama, i.e. fixtures/toy-llama) in float32 and
-float64: each must be caught at its expected tap with a likely cause (diagnose's Llama patterns). A control runs
-the unpatched llama_model.py there.
+The Llama family's mutants (`caught_on == "llama"`) patch parity_reference/llama_model.py (target "reference") or
+its NumPy twin llama_numpy.py (target "numpy") and run on the Llama toy fixture (`llama`, default: the toy's
+sibling directory toy-llama, i.e. fixtures/toy-llama) in float32 and float64: each must be caught at its expected
+tap with a likely cause (diagnose's Llama patterns). A control runs each unpatched file there.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from typing import ClassVar, TextIO
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.boundary import GuardedBackend
+from parity_harness._backends.numpy_backend import NumpyBackend
 from parity_harness._backends.registry import load_backend
 from parity_harness._cli.exit_codes import for_verdict
 from parity_harness._compare.judge import FirstDivergence
@@ -62,6 +65,7 @@ from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, refere
 from parity_harness._fixture.fixture import Fixture
 from parity_harness._run.runner import run_parity
 from parity_harness._tools.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
+from parity_reference.families import load_family
 from parity_reference.run import reference_taps
 
 MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
@@ -101,9 +105,25 @@ class ReferenceModuleBackend(Backend):
         return reference_decode(fixture, precision, requests, self.module.decode)
 
 
-def module_file(fixture: Fixture) -> str:
-    """The reference file a fixture's family computes with: llama_model.py for a Llama fixture, else model.py."""
-    return "llama_model.py" if fixture.family == "llama" else "model.py"
+class NumpyModuleBackend(NumpyBackend):
+    """A (possibly patched) copy of parity_reference/llama_numpy.py (or numpy_model.py for a GPT-2 fixture), computed
+    by the numpy backend's own code: only the module it calls (`model_module`) is the copy's."""
+
+    name: ClassVar[str] = "numpy-mutant"
+    description: ClassVar[str] = "a patched copy of parity_reference/llama_numpy.py (parity selftest)"
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def model_module(self, fixture: Fixture) -> ModuleType:
+        return self.module
+
+
+def module_file(family: str, target: str) -> str:
+    """The file a family computes with for a target, from its table's code (parity_reference/families/): the torch
+    reference (model.py, llama_model.py) for "reference", the NumPy one (numpy_model.py, llama_numpy.py) for
+    "numpy"."""
+    return load_family(family).code["numpy" if target == "numpy" else "torch"].rpartition(".")[2] + ".py"
 
 
 def copy_target(target: Target, dest: Path, mutant: Mutant | None) -> Path:
@@ -153,9 +173,9 @@ def run_target(fixture: Fixture, target: Target, mutant: Mutant | None, workdir:
     if target == "typescript":
         with _env("PARITY_TS_DIR", str(root)):
             return run_parity(fixture, [load_backend("typescript")], ["fp64"], progress=None)
-    module = load_module(root / module_file(fixture), f"_parity_selftest_{label.replace('-', '_')}")
-    return run_parity(fixture, [GuardedBackend.wrap(ReferenceModuleBackend(module))], precisions or ["fp32", "fp64"],
-                      progress=None)
+    module = load_module(root / module_file(fixture.family, target), f"_parity_selftest_{label.replace('-', '_')}")
+    backend = NumpyModuleBackend(module) if target == "numpy" else ReferenceModuleBackend(module)
+    return run_parity(fixture, [GuardedBackend.wrap(backend)], precisions or ["fp32", "fp64"], progress=None)
 
 
 @dataclass
@@ -185,6 +205,7 @@ class Outcome:
     fp32_error: str = ""  # reduced mutants: the fp32/fp64 run stopped with an error
     first_message: str = ""  # the first divergence's message ("overflow: ...", "precision: ...", "" for tolerance)
     likely_cause: str = ""  # the first divergence's `Likely cause:` (_compare/diagnose.py), "" when none was named
+    file: str = ""  # the patched file, in its target's directory: "model/model.ts", "llama_numpy.py", ...
 
     @property
     def localized(self) -> bool:
@@ -216,7 +237,7 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     order = {t: i for i, t in enumerate(fixture.tap_names)}
     out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
                   seconds=seconds, expected_step=mutant.expected_step, caught_on=mutant.caught_on,
-                  precision=mutant.precision)
+                  precision=mutant.precision, file=mutant.file)
     failed = {tier_key(r.precision, r.golden) for r in report.results if r.passed is False}
     decoding = report.decoding
     if decoding is not None:  # the decoding check's failing tiers count as well
@@ -245,6 +266,11 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
         hit = {c.case for c in decoding.checks if not c.passed}
         out.blind_cases = [p for p in decoding.prompts if p not in hit]
     return out
+
+
+def _llama_ok(o: Outcome) -> bool:
+    """A Llama mutant as it must be: caught at its expected tap, with a likely cause named."""
+    return o.caught and o.localized and bool(o.likely_cause)
 
 
 def _likely_cause(divergences: list[FirstDivergence], tap: str, step: int | None) -> str:
@@ -285,6 +311,11 @@ class SelftestResult:
     def n_reduced_ok(self) -> int:
         """Reduced-precision mutants caught at their tap in their precision and invisible in fp32 and fp64."""
         return sum(bool(o.invisible_in_fp32) and o.caught and o.localized for o in self.reduced)
+
+    @property
+    def n_llama_ok(self) -> int:
+        """Llama mutants (of llama_model.py and of llama_numpy.py) caught at their tap with a likely cause."""
+        return sum(map(_llama_ok, self.llama))
 
     @property
     def n_pairs(self) -> int:
@@ -339,7 +370,7 @@ class SelftestResult:
         if astray:
             why.append(f"{len(astray)} reduced-precision mutant(s) not caught at their expected tap: "
                        f"{', '.join(astray)}")
-        unnamed = [o.name for o in self.llama if o.caught and not (o.localized and o.likely_cause)]
+        unnamed = [o.name for o in self.llama if o.caught and not _llama_ok(o)]
         if unnamed:
             why.append(f"{len(unnamed)} Llama mutant(s) not caught at their expected tap with a likely cause: "
                        f"{', '.join(unnamed)}")
@@ -372,7 +403,8 @@ class SelftestResult:
             "totals": {"mutants": len(self.outcomes), "caught": self.n_caught, "localized": self.n_localized,
                        "fp64_only": self.n_fp64_only, "stability": len(self.stability),
                        "invisible_on_toy_caught_on_stress": self.n_pairs, "reduced": len(self.reduced),
-                       "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok},
+                       "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok, "llama": len(self.llama),
+                       "llama_caught_at_tap_with_cause": self.n_llama_ok},
             "exit_code": for_verdict(self.verdict),
             "failures": self.failures(),
         }
@@ -414,7 +446,7 @@ def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "",
     except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
         outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
                           mutant.fp64_only, caught=True, error=str(exc), expected_step=mutant.expected_step,
-                          caught_on=mutant.caught_on, precision=mutant.precision)
+                          caught_on=mutant.caught_on, precision=mutant.precision, file=mutant.file)
     else:
         outcome = classify(mutant, report, fixture, time.perf_counter() - start)
     outcome.seconds = time.perf_counter() - start
@@ -507,6 +539,14 @@ def _llama_fixture(toy: Fixture, mutants: list[Mutant]) -> Fixture:
     return fixture
 
 
+def _by_file(outcomes: list[Outcome]) -> dict[str, list[Outcome]]:
+    """Outcomes grouped by the file they patch, in catalog order."""
+    groups: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        groups.setdefault(o.file, []).append(o)
+    return groups
+
+
 def _tiers_cell(o: Outcome) -> str:
     tiers = ",".join(o.tiers) if o.tiers else ("error" if o.error else "-")
     return tiers + (" (fp64 only)" if o.fp64_only else "")
@@ -555,8 +595,8 @@ def format_table(result: SelftestResult) -> list[str]:
         lines += _grid(rows)
     if result.llama and result.llama_fixture is not None:
         lines.append(f"Llama mutants: caught on {Path(result.llama_fixture).name} at their tap, with a likely cause")
-        rows = [header]
-        rows += [(o.name, "yes" if o.caught else "NO", _tiers_cell(o), o.first_tap or "-", o.expected_tap,
+        rows = [(header[0], "patches", *header[1:])]
+        rows += [(o.name, o.file, "yes" if o.caught else "NO", _tiers_cell(o), o.first_tap or "-", o.expected_tap,
                   "yes" if o.localized else "NO") for o in result.llama]
         lines += _grid(rows)
     caught = [o for o in result.outcomes if o.caught and not o.error]
@@ -593,7 +633,7 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     for target, why in result.probe_controls.items():
         say(f"control ({target}, unpatched, fp16-probe, fp16/bf16/fp32/fp64): {'FAIL: ' + why if why else 'pass'}")
     for target, why in result.llama_controls.items():
-        say(f"control ({target}, unpatched llama_model.py, {Path(result.llama_fixture or '').name}): "
+        say(f"control ({target}, unpatched {module_file('llama', target)}, {Path(result.llama_fixture or '').name}): "
             f"{'FAIL: ' + why if why else 'pass'}")
     for line in format_table(result):
         say(line)
@@ -604,6 +644,11 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     if result.reduced:
         say(f"reduced-precision mutants caught in fp16 at their tap, invisible in fp32 and fp64: "
             f"{result.n_reduced_ok}/{len(result.reduced)}")
+    if result.llama:
+        per_file = ", ".join(f"{file} {sum(map(_llama_ok, group))}/{len(group)}"
+                             for file, group in _by_file(result.llama).items())
+        say(f"Llama mutants caught at their tap with a likely cause: {result.n_llama_ok}/{len(result.llama)} "
+            f"({per_file})")
     say(result.totals_line())
 
 

@@ -1,7 +1,8 @@
 """The Llama family's porting bugs as mutants (parity_harness/_tools/mutants.py, LLAMA): each patched copy of
 parity_reference/llama_model.py first diverges from the reference at its catalog tap, and diagnose names it there
 (a Likely cause recomputed from the golden's upstream taps and the weights); a wrong value that is none of them
-gets no cause."""
+gets no cause. The same bugs in the NumPy Llama (LLAMA_NUMPY, patches of parity_reference/llama_numpy.py) are
+caught at the same taps with the same causes, and the unpatched NumPy Llama agrees with the torch golden."""
 
 from __future__ import annotations
 
@@ -13,16 +14,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parity_harness._compare.diagnose import TapContext, diagnose  # noqa: E402
-from parity_harness._tools.mutants import LLAMA, by_name  # noqa: E402
+from parity_harness._compare.diagnose import diagnose  # noqa: E402
+from parity_harness._compare.patterns import TapContext  # noqa: E402
+from parity_harness._tools.mutants import LLAMA, LLAMA_NUMPY, by_name  # noqa: E402
 from parity_harness._tools.selftest import copy_target, load_module  # noqa: E402
-from parity_reference import llama_model  # noqa: E402
+from parity_reference import llama_model, llama_numpy  # noqa: E402
 from parity_reference.llama_config import TOY_LLAMA, LlamaConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 TOKENS = [1, 5, 3, 7, 2, 9, 0, 4, 11, 6]
 TOLERANCE = {"fp32": 1e-5, "fp64": 1e-12}  # atol = rtol, the tiers' default scale
 DTYPE = {"fp32": torch.float32, "fp64": torch.float64}
+NP_DTYPE = {"fp32": np.float32, "fp64": np.float64}
 CAUSE = {  # each mutant's likely cause begins with its pattern's name
     "llama-rope-pairing": "RoPE pairing swapped",
     "llama-rope-base": "RoPE base",
@@ -41,6 +44,18 @@ def taps(run: Any, config: LlamaConfig, tier: str) -> dict[str, np.ndarray]:
 
 def weights(config: LlamaConfig) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in llama_model.init_params(config, 3, torch.float64).items()}
+
+
+def numpy_taps(forward: Any, config: LlamaConfig, tier: str) -> dict[str, np.ndarray]:
+    """A NumPy Llama's taps on the same weights, computed in the tier's dtype (as the numpy backend does)."""
+    params = {k: v.astype(NP_DTYPE[tier]) for k, v in weights(config).items()}
+    out: dict[str, np.ndarray] = forward(params, config, TOKENS)
+    return out
+
+
+def twin_of(name: str) -> str:
+    """The NumPy twin's name of a torch Llama mutant."""
+    return name.replace("llama-", "llama-np-", 1)
 
 
 def first_failing(golden: dict[str, np.ndarray], got: dict[str, np.ndarray], tol: float) -> str | None:
@@ -85,6 +100,44 @@ def test_each_llama_mutant_is_caught_at_its_tap_with_its_cause(name: str, tier: 
     assert not [c for c in causes if any(c.startswith(other) for other in CAUSE.values() if other != CAUSE[name])]
 
 
+def test_each_llama_mutant_has_a_numpy_twin_at_its_tap() -> None:
+    twins = {m.name: m for m in LLAMA_NUMPY}
+    assert list(twins) == [twin_of(name) for name in CAUSE]
+    assert [m.name for m in by_name(list(twins))] == list(twins)  # in the catalog
+    for m in LLAMA:
+        twin = twins[twin_of(m.name)]
+        assert (twin.target, twin.file, twin.caught_on) == ("numpy", "llama_numpy.py", "llama"), twin
+        assert (twin.expected_tap, twin.expected_step, twin.fp64_only) == (m.expected_tap, None, False), twin
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["toy-llama", "interleaved-5e5-bias"])
+@pytest.mark.parametrize("tier", ["fp32", "fp64"])
+@pytest.mark.parametrize("name", list(CAUSE))
+def test_each_numpy_twin_is_caught_at_its_tap_with_its_cause(name: str, tier: str, config: LlamaConfig,
+                                                             tmp_path: Path) -> None:
+    """The bug in a patched copy of llama_numpy.py, against the torch golden (what a fixture holds): its torch
+    twin's tap and cause, and no other Llama cause."""
+    twin = next(m for m in LLAMA_NUMPY if m.name == twin_of(name))
+    root = copy_target(twin.target, tmp_path / twin.name, twin)
+    module = load_module(root / twin.file, f"_parity_test_{twin.name.replace('-', '_')}")
+    golden, got = taps(llama_model.run_with_taps, config, tier), numpy_taps(module.forward, config, tier)
+    tap = first_failing(golden, got, TOLERANCE[tier])
+    assert tap == twin.expected_tap
+    causes = causes_at(tap, golden, got, config, tier)
+    assert any(c.startswith(CAUSE[name]) for c in causes), causes
+    assert not [c for c in causes if any(c.startswith(other) for other in CAUSE.values() if other != CAUSE[name])]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["toy-llama", "interleaved-5e5-bias"])
+@pytest.mark.parametrize("tier", ["fp32", "fp64"])
+def test_the_unpatched_numpy_llama_agrees_with_the_torch_golden(tier: str, config: LlamaConfig) -> None:
+    """The twins' control: without a patch, the NumPy Llama passes every tap where its twins fail one."""
+    golden = taps(llama_model.run_with_taps, config, tier)
+    got = numpy_taps(llama_numpy.forward, config, tier)
+    assert set(got) == set(golden)
+    assert first_failing(golden, got, TOLERANCE[tier]) is None
+
+
 @pytest.mark.parametrize("tier", ["fp32", "fp64"])
 def test_an_honest_run_gets_no_cause(tier: str) -> None:
     golden = taps(llama_model.run_with_taps, TOY_LLAMA, tier)
@@ -108,23 +161,38 @@ def test_float32_round_off_judged_at_fp64_gets_no_llama_cause() -> None:
 
 
 def test_selftest_catches_each_llama_mutant_at_its_tap_with_its_likely_cause() -> None:
-    from parity_harness._fixture.fixture import load_fixture
-    from parity_harness._tools.selftest import format_table, run_selftest
+    """Both implementations' mutants on fixtures/toy-llama: llama_model.py's run like the pytorch backend,
+    llama_numpy.py's by the numpy backend's code; each control (the unpatched file) passes there."""
+    import io
 
-    result = run_selftest(load_fixture(REPO / "fixtures" / "toy"), list(LLAMA))  # toy-llama: found beside the toy
+    from parity_harness._fixture.fixture import load_fixture
+    from parity_harness._tools.selftest import format_table, print_selftest, run_selftest
+
+    result = run_selftest(load_fixture(REPO / "fixtures" / "toy"), [*LLAMA, *LLAMA_NUMPY])  # toy-llama: beside the toy
     doc = result.to_json()
     assert doc["llama_fixture"] == str(REPO / "fixtures" / "toy-llama") and doc["controls"] == {}
-    assert doc["llama_controls"] == {"reference": ""}, doc["llama_controls"]
+    assert doc["llama_controls"] == {"reference": "", "numpy": ""}, doc["llama_controls"]
     mutants = doc["mutants"]
     assert isinstance(mutants, list)
     rows = {str(r["name"]): r for r in mutants}
-    assert list(rows) == list(CAUSE)
-    for name, row in rows.items():
-        assert row["caught"] and not row["error"] and row["localized"], row
-        assert str(row["likely_cause"]).startswith(CAUSE[name]), row
+    assert list(rows) == [*CAUSE, *map(twin_of, CAUSE)]
+    for name, cause in CAUSE.items():
+        for row, file in ((rows[name], "llama_model.py"), (rows[twin_of(name)], "llama_numpy.py")):
+            assert row["caught"] and not row["error"] and row["localized"], row
+            assert row["caught_on"] == "llama" and row["file"] == file, row
+            assert str(row["likely_cause"]).startswith(cause), row
+    totals = doc["totals"]
+    assert isinstance(totals, dict) and totals["llama"] == totals["llama_caught_at_tap_with_cause"] == 12, totals
     # the subset has no fp64-only mutant (a catalog-wide count): every other requirement holds
     assert [f for f in result.failures() if "fp64 tier alone" not in f] == []
-    assert any(line.startswith("Llama mutants: caught on toy-llama") for line in format_table(result))
+    table = format_table(result)
+    assert any(line.startswith("Llama mutants: caught on toy-llama") for line in table)
+    assert any(line.startswith("llama-np-gqa-repeat ") and " llama_numpy.py " in line for line in table), table
+    out = io.StringIO()
+    print_selftest(result, out)
+    assert "control (numpy, unpatched llama_numpy.py, toy-llama): pass" in out.getvalue()
+    assert ("Llama mutants caught at their tap with a likely cause: 12/12 (llama_model.py 6/6, llama_numpy.py 6/6)"
+            in out.getvalue())
 
 
 def test_selftest_without_a_llama_fixture_is_one_line(tmp_path: Path) -> None:
