@@ -143,7 +143,7 @@ def build_random_fixture(
     return root
 
 
-# From cli/test_cli.py.
+# One-line errors of a `parity` subprocess, and a weight changed on purpose.
 
 def assert_one_line_error(proc: object, *needles: str) -> None:
     """Exit 2, a single `parity: error:` line on stderr naming the problem, and no traceback."""
@@ -164,7 +164,7 @@ def perturb_weight(root: Path, name: str, index: tuple[int, ...], delta: float) 
     rehash(root)
 
 
-# From backends/plugins/test_plugin.py.
+# A child virtualenv that sees this environment's packages, and `parity` run with its Python.
 
 def make_child_env(root: Path) -> Path:
     """A new venv whose Python also sees the running environment's packages; returns its python.
@@ -223,7 +223,7 @@ def needs_cli() -> None:
         pytest.skip("the parity CLI (parity_harness/_cli/main.py, parity_harness/__main__.py) is not there yet")
 
 
-# From cli/test_api.py.
+# pytest run in a subprocess, with the parity plugin.
 
 def plugin_args() -> list[str]:
     """`-p parity_harness.pytest_plugin` unless this environment's parity already registers it (pytest11)."""
@@ -238,7 +238,7 @@ def run_pytest(cwd: Path, *args: str, python: str = sys.executable,
                           cwd=cwd, timeout=300, check=False, env=env if env is not None else {**os.environ})
 
 
-# From run/test_parity_full.py.
+# The built-in backends and their precisions, and what the full run of a committed fixture runs.
 
 BUILTIN_PRECISIONS = {
     "pytorch": {"fp32", "fp64"},
@@ -287,7 +287,7 @@ def builtin_backends() -> set[str]:
 DECODING_BACKENDS = {"pytorch", "numpy", "onnxruntime", "typescript", "openvino"}
 
 
-# From backends/plugins/test_hostile_plugins.py.
+# `parity` with the hostile plugin (tests/hostile_plugin) discoverable, and its one-line exit 2.
 
 HOSTILE_PLUGIN_DIR = REPO / "tests" / "hostile_plugin"
 
@@ -316,7 +316,7 @@ def run_all(commands: dict[str, list[str]], **kwargs: Any) -> dict[str, subproce
     return {key: f.result() for key, f in futures.items()}
 
 
-# From authoring/test_scaled.py.
+# A tiny GPT-2 checkpoint written by transformers.
 
 def gpt2_checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch, dtype: str = "float32") -> Path:
     """A tiny GPT-2 checkpoint written by transformers' own save_pretrained (nothing downloaded), in `dtype`."""
@@ -330,7 +330,7 @@ def gpt2_checkpoint(root: Path, activation: str, monkeypatch: pytest.MonkeyPatch
     return root
 
 
-# From compare/test_grid_check.py.
+# Values rounded to the bf16 and fp16 grids.
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """x rounded to bfloat16 (nearest, ties to even), in a float32 container."""
@@ -343,7 +343,7 @@ def round_fp16(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float16).astype(np.float32)
 
 
-# From backends/plugins/test_bad_backends.py.
+# One-line errors of an in-process `parity` run (cli_with_backends).
 
 def assert_one_error_line(code: int, out: str, err: str, *needles: str) -> None:
     assert code == 2, (code, out[-2000:], err[-2000:])
@@ -354,7 +354,7 @@ def assert_one_error_line(code: int, out: str, err: str, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
-# From views/test_reports.py.
+# PNG checks.
 
 def png_info(path: Path) -> tuple[int, int]:
     """(width, height) from a PNG's signature and IHDR chunk; fails if the file is not a PNG."""
@@ -378,7 +378,7 @@ def assert_real_picture(path: Path, size: tuple[int, int]) -> None:
     assert len(np.unique(rgb, axis=0)) > 20  # lines, text, shading: far more than a background color
 
 
-# From backends/test_numpy_backend.py.
+# The largest error of a backend's taps against the golden.
 
 def max_error(
     out: dict[str, dict[str, np.ndarray]], golden: dict[str, dict[str, np.ndarray]]
