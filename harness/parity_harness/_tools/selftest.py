@@ -110,7 +110,7 @@ class NumpyModuleBackend(NumpyBackend):
     by the numpy backend's own code: only the module it calls (`model_module`) is the copy's."""
 
     name: ClassVar[str] = "numpy-mutant"
-    description: ClassVar[str] = "a patched copy of parity_reference/llama_numpy.py (parity selftest)"
+    description: ClassVar[str] = "a patched copy of a family's NumPy model (parity selftest)"
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
