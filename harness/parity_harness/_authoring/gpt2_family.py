@@ -3,6 +3,7 @@
 
 - `graph_constants` and `constants_in_use`: an exported GPT-2 graph needs no constant besides its weights (the
   sinusoidal table, when the config has one, is computed in the graph as the reference computes it).
+- `truth_taps`: the GPT-2 forward in mpmath (`truth.py`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from parity_harness._authoring.truth import truth_taps
 
 if TYPE_CHECKING:
     from parity_reference.config import GPTConfig
@@ -25,4 +28,4 @@ def constants_in_use(constants: Mapping[str, Any]) -> contextlib.AbstractContext
     return contextlib.nullcontext()
 
 
-__all__ = ["constants_in_use", "graph_constants"]
+__all__ = ["constants_in_use", "graph_constants", "truth_taps"]

@@ -24,16 +24,8 @@ cannot represent faithfully is one line naming the file and the field or tensor.
   parity's gelu_new and is taken only under `--exact-gelu`; any other activation (relu, silu, ...) is refused
   with or without the flag.
 
-A Llama-architecture checkpoint (`model_type` "llama", `LlamaForCausalLM` / `LlamaModel`) gives a fixture of
-the "llama" family (parity_reference/llama_config.py), its tensors already under parity's (Hugging Face's) names:
-- config.json: the sizes, `num_key_value_heads` (default: the head count), `rms_norm_eps`, RoPE's theta
-  (`rope_parameters.rope_theta`, transformers 5, or `rope_theta`, transformers 4), `attention_bias`,
-  `tie_word_embeddings`; RoPE is taken with Hugging Face's half-split pairing. Refused, one line each: any
-  RoPE scaling (`rope_scaling`, a `rope_type` other than "default": parity computes plain RoPE), an activation
-  other than "silu", `mlp_bias`, a `head_dim` other than hidden_size / num_attention_heads, `pretraining_tp` > 1.
-- model.safetensors: as for GPT-2 (exact float32 or refused); `lm_head.weight` is kept for an untied model
-  and must equal the embedding for a tied one (then dropped).
-- No ONNX graphs yet (as the llama presets): the fixture writer does not export the Llama family's.
+A checkpoint of another family is read by that family's authoring module (its table's `authoring`), which
+names the `model_type`s it reads (`HF_MODEL_TYPES`): the Llama family's is `_authoring/llama_family.py`.
 
 The fixture is written like a preset's (parity_harness/_authoring/presets.py): probs and the logit lens on the last
 positions, per-tap tolerances, both ONNX graphs; it is built in a temporary directory beside the
@@ -53,9 +45,9 @@ import numpy as np
 from parity_harness._core.errors import FixtureError
 from parity_harness._core.strict_json import load_json_object
 from parity_harness._fixture.files import fixture_errors
+from parity_harness._fixture.model_spec import DEFAULT_FAMILY
 from parity_reference.config import Activation, GPTConfig, param_shapes
-from parity_reference.llama_config import LlamaConfig
-from parity_reference.llama_config import param_shapes as llama_param_shapes
+from parity_reference.families import family_names, load_family
 from parity_reference.tensor_check import Expected, TensorKind, check_table, check_values
 
 Progress = Callable[[str], None]
@@ -254,138 +246,11 @@ def read_vocab(root: Path, vocab_size: int) -> list[str]:
     return vocab
 
 
-# -- the Llama family ----------------------------------------------------------------------------------------------
-
-LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "LlamaModel")
-# transformers' LlamaConfig defaults, for a field config.json leaves out
-LLAMA_INT_FIELDS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                    "num_attention_heads": 32, "max_position_embeddings": 2048}
-
-
 def model_type(path: Path) -> object:
     """config.json's `model_type` (the file read as strict JSON), or None when it has none."""
     if not path.exists():
         raise FixtureError(f"{path}: file not found (a Hugging Face checkpoint directory holds config.json)")
     return load_json_object(path, "config").get("model_type")
-
-
-def _bool(path: Path, raw: dict[str, Any], key: str, default: bool) -> bool:
-    value = raw.get(key, default)
-    if type(value) is not bool:
-        raise FixtureError(f"{path}: {key} must be true or false, got {_show(value)}")
-    return value
-
-
-def _positive_number(path: Path, key: str, value: object) -> float:
-    if type(value) not in (int, float) or not value > 0:  # type: ignore[operator]
-        raise FixtureError(f"{path}: {key} must be a positive number, got {_show(value)}")
-    return float(value)  # type: ignore[arg-type]
-
-
-def read_hf_llama_config(path: Path) -> tuple[LlamaConfig, bool]:
-    """parity's LlamaConfig (and whether the embeddings are tied) from a transformers LlamaConfig's config.json;
-    anything parity's Llama does not compute is refused in one line."""
-    raw = load_json_object(path, "config")
-    architectures = raw.get("architectures", list(LLAMA_ARCHITECTURES[:1]))
-    if (not isinstance(architectures, list) or not architectures
-            or any(a not in LLAMA_ARCHITECTURES for a in architectures)):
-        raise FixtureError(f"{path}: architectures {_show(architectures)} is not Llama's "
-                           f"({' or '.join(LLAMA_ARCHITECTURES)})")
-    ints = {key: _positive_int(path, key, raw.get(key, default)) for key, default in LLAMA_INT_FIELDS.items()}
-    heads = ints["num_attention_heads"]
-    kv_heads = _positive_int(path, "num_key_value_heads", raw.get("num_key_value_heads") or heads)
-    act = raw.get("hidden_act", "silu")
-    if act != "silu":
-        raise FixtureError(f"{path}: hidden_act {_show(act)} is not one parity computes: its Llama's MLP is "
-                           "SwiGLU with SiLU ('silu'); refused rather than changed")
-    scaling = raw.get("rope_scaling")
-    rope = raw.get("rope_parameters")
-    if rope is not None and not isinstance(rope, dict):
-        raise FixtureError(f"{path}: rope_parameters must be an object, got {_show(rope)}")
-    rope = dict(rope or {})
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if scaling is not None or rope_type != "default":
-        shown = scaling if scaling is not None else rope_type
-        raise FixtureError(f"{path}: RoPE scaling {_show(shown)} is not one parity computes (plain RoPE, "
-                           "rope_type \"default\"); refused rather than changed")
-    unknown = sorted(set(rope) - {"rope_type", "type", "rope_theta"})
-    if unknown:
-        raise FixtureError(f"{path}: rope_parameters.{unknown[0]} is not one parity computes (plain RoPE); refused")
-    theta = _positive_number(path, "rope_theta", rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
-    eps = _positive_number(path, "rms_norm_eps", raw.get("rms_norm_eps", 1e-6))
-    if _bool(path, raw, "mlp_bias", False):
-        raise FixtureError(f"{path}: mlp_bias is true; parity's Llama MLP has no biases")
-    bias = _bool(path, raw, "attention_bias", False)
-    tied = _bool(path, raw, "tie_word_embeddings", False)
-    tp = raw.get("pretraining_tp", 1)
-    if tp != 1:
-        raise FixtureError(f"{path}: pretraining_tp {_show(tp)}; parity computes each projection whole (1)")
-    d = ints["hidden_size"]
-    head_dim = raw.get("head_dim")
-    if head_dim is not None and (type(head_dim) is not int or head_dim * heads != d):
-        raise FixtureError(f"{path}: head_dim {_show(head_dim)} is not hidden_size / num_attention_heads "
-                           f"({d} / {heads}); parity's Llama has d_head = d_model / n_head")
-    try:
-        config = LlamaConfig(
-            vocab_size=ints["vocab_size"], n_ctx=ints["max_position_embeddings"], d_model=d,
-            n_layer=ints["num_hidden_layers"], n_head=heads, n_kv_heads=kv_heads, d_mlp=ints["intermediate_size"],
-            rms_eps=eps, rope_base=theta, rope_pairing="half", bias=bias, tied=tied, causal=True,
-        )
-    except ValueError as exc:
-        raise FixtureError(f"{path}: unusable Llama config ({exc})") from None
-    return config, tied
-
-
-def read_hf_llama_weights(path: Path, config: LlamaConfig) -> tuple[dict[str, np.ndarray], str]:
-    """The checkpoint's Llama tensors (Hugging Face names, `model.` prefix added when absent), exactly as float32,
-    and the source dtype(s). Tied: `lm_head.weight`, when present, must equal the embedding, and is dropped."""
-    from safetensors import SafetensorError, safe_open
-
-    if not path.is_file():
-        raise FixtureError(f"{path}: file not found (parity reads model.safetensors, never a pickled .bin)")
-    expected = llama_param_shapes(config)
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            keys: dict[str, str] = {}
-            for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                name = key if key.startswith(("model.", "lm_head.")) else f"model.{key}"  # a LlamaModel's keys
-                if name in keys:
-                    raise FixtureError(f"{path}: tensors {keys[name]!r} and {key!r} are the same parameter "
-                                       f"{name!r}; refused rather than choosing one")
-                keys[name] = key
-            # older checkpoints saved RoPE's buffer: computed here
-            keys = {name: key for name, key in keys.items() if not name.endswith(".rotary_emb.inv_freq")}
-            if "lm_head.weight" in expected and "lm_head.weight" not in keys:
-                raise FixtureError(f"{path}: missing tensor 'lm_head.weight' (expected shape "
-                                   f"{list(expected['lm_head.weight'])}); config.json says tie_word_embeddings false")
-            read = _checked_tensors(f, path, keys, expected,
-                                    tied_head="model.embed_tokens.weight" if config.tied else None)
-    except SafetensorError as exc:
-        raise FixtureError(f"{path}: not a readable safetensors file ({exc})") from None
-    lm_head = read.pop("lm_head.weight") if config.tied and "lm_head.weight" in read else None
-    if lm_head is not None and not np.array_equal(lm_head[0], read["model.embed_tokens.weight"][0]):
-        raise FixtureError(f"{path}: lm_head.weight differs from model.embed_tokens.weight, but config.json says "
-                           "tie_word_embeddings true")
-    return {name: read[name][0] for name in expected}, _dtype_summary({name: read[name][1] for name in expected})
-
-
-def export_llama_from_hf(checkpoint: Path, root: Path, long: bool, say: Progress, seed: int) -> None:
-    """`export_from_hf` for a Llama-architecture checkpoint: a fixture of the llama family."""
-    from parity_harness._authoring.presets import PRESETS, make_cases, write_scaled_fixture
-    from parity_harness._fixture.platforms import current_platform
-
-    config, _ = read_hf_llama_config(checkpoint / "config.json")
-    weights, source_dtype = read_hf_llama_weights(checkpoint / "model.safetensors", config)
-    vocab = read_vocab(checkpoint, config.vocab_size)
-    say(f"checkpoint {checkpoint.name}: Llama, V {config.vocab_size}, context {config.n_ctx}, d {config.d_model}, "
-        f"{config.n_layer} blocks of {config.n_head} heads ({config.n_kv_heads} key/value), weights {source_dtype}")
-    small = PRESETS["gpt2-small"]
-    lengths = (*small.lengths, config.n_ctx) if long else small.lengths
-    cases = make_cases(config, lengths, seed)
-    write_scaled_fixture(root, config, weights, cases, vocab, {
-        "checkpoint": checkpoint.name, "source_dtype": source_dtype, "seed": seed,
-        "command": "parity export --from-hf" + (" --long" if long else ""), "platform": current_platform(),
-    }, say, False, family="llama")  # no ONNX graphs: the fixture writer has none for Llama yet (as the llama presets)
 
 
 def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long: bool = False,
@@ -397,12 +262,15 @@ def export_from_hf(checkpoint: Path, root: Path, exact_gelu: bool = False, long:
     say: Progress = lambda message: progress(f"parity export: {message}")  # noqa: E731
     if not checkpoint.is_dir():
         raise FixtureError(f"{checkpoint}: not a directory (a Hugging Face checkpoint: config.json, model.safetensors)")
-    if model_type(checkpoint / "config.json") == "llama":
-        if exact_gelu:
-            raise FixtureError(f"{checkpoint / 'config.json'}: --exact-gelu is for GPT-2 checkpoints; a Llama's "
-                               "MLP is SwiGLU (SiLU)")
-        export_llama_from_hf(checkpoint, root, long, say, seed)
-        return
+    kind = model_type(checkpoint / "config.json")
+    for name in family_names():
+        authoring = load_family(name).module("authoring")
+        if kind in getattr(authoring, "HF_MODEL_TYPES", ()) and name != DEFAULT_FAMILY:
+            if exact_gelu:
+                raise FixtureError(f"{checkpoint / 'config.json'}: --exact-gelu is for GPT-2 checkpoints; this is a "
+                                   f"{name} checkpoint (model_type {kind!r})")
+            authoring.export_from_hf(checkpoint, root, long, say, seed, with_onnx)
+            return
     hf = read_hf_config(checkpoint / "config.json")
     activation = hf.activation
     config = replace(hf.config, activation=check_activation(checkpoint / "config.json", activation, exact_gelu))

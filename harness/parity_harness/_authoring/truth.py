@@ -9,9 +9,9 @@ to measure the stress fixture's float64 error budget (parity_harness/_authoring/
 couple of cases, never by a backend. numpy.longdouble would not do: it is plain float64 on some platforms
 (macOS arm64, Windows).
 
-`llama_truth_taps` is the same for the Llama family (parity_reference/llama_model.py: RMSNorm, RoPE with exact
-angles, grouped-query attention, SwiGLU, tied or untied unembedding): the truth the toy-llama fixture's float64
-golden is measured against (tests/families/llama/test_llama_fixture.py).
+The pieces every family's truth shares (matrices of mpf, linear maps, softmax rows, the final norm's taps, the
+logits and the logit lens: `_head_taps`) are here; a family's own truth is its authoring module's `truth_taps`
+(the Llama family's: `_authoring/llama_family.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from parity_reference.config import GPTConfig
-from parity_reference.llama_config import LlamaConfig
 
 Vec = list[Any]  # a row of mpf
 Mat = list[Vec]  # rows of mpf
@@ -183,122 +182,4 @@ def _head_taps(rec: Callable[[str, Mat, tuple[int, ...]], None], unembed: Callab
         rec(f"logit_lens.{k}", [_softmax_row(row, mp) for row in unembed(stream)[0]], (n, vocab))
 
 
-def _rms_norm(x: Mat, weight: Vec, eps: float, mp: Any) -> tuple[Mat, Mat, Mat]:
-    """(output, scale (T, 1), normalized): x / sqrt(mean(x^2) + eps), times the gain."""
-    out, scales, norms = [], [], []
-    for row in x:
-        scale = mp.sqrt(mp.fsum(v * v for v in row) / len(row) + mp.mpf(eps))
-        nrm = [v / scale for v in row]
-        scales.append([scale])
-        norms.append(nrm)
-        out.append([n * g for n, g in zip(nrm, weight, strict=True)])
-    return out, scales, norms
-
-
-def _rope(x: Mat, heads: int, dh: int, base: float, pairing: str, mp: Any) -> Mat:
-    """Each head's pairs of x (T, heads * dh) turned by pos * base ** (-2j / dh), angles exact."""
-    out: Mat = []
-    for t, row in enumerate(x):
-        new = list(row)
-        for h in range(heads):
-            for j in range(dh // 2):
-                angle = t * mp.power(mp.mpf(base), -mp.mpf(2 * j) / dh)
-                c, s = mp.cos(angle), mp.sin(angle)
-                a, b = (h * dh + j, h * dh + j + dh // 2) if pairing == "half" else (h * dh + 2 * j, h * dh + 2 * j + 1)
-                new[a], new[b] = row[a] * c - row[b] * s, row[b] * c + row[a] * s
-        out.append(new)
-    return out
-
-
-def llama_truth_taps(weights: Mapping[str, np.ndarray], config: LlamaConfig, tokens: Sequence[int],
-                     digits: int = DIGITS) -> dict[str, np.ndarray]:
-    """Every tap of one sequence of a Llama fixture at `digits` significant digits, rounded once to float64."""
-    import mpmath
-
-    ctx = mpmath.mp.clone()
-    ctx.dps = digits
-    mp: Any = ctx
-    d, H, Hkv, dh, n = config.d_model, config.n_head, config.n_kv_heads, config.d_head, len(tokens)
-    rep, f = config.n_rep, config.d_mlp
-    p = {k: np.asarray(v) for k, v in weights.items()}
-    taps: dict[str, Mat] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
-
-    def rec(name: str, value: Mat, shape: tuple[int, ...]) -> None:
-        taps[name], shapes[name] = value, shape
-
-    def linear(x: Mat, name: str) -> Mat:  # nn.Linear: x @ W.T (+ b)
-        bias = _vec(p[name + ".bias"], mp) if name + ".bias" in p else None
-        return _linear(x, _mat(np.asarray(p[name + ".weight"]).T, mp), bias, mp)
-
-    table = _mat(p["model.embed_tokens.weight"], mp)
-    x = [list(table[t]) for t in tokens]
-    rec("hook_embed", x, (n, d))
-    streams = [x]
-    for layer in range(config.n_layer):
-        pre, name = f"model.layers.{layer}.", f"blocks.{layer}"
-        rec(f"{name}.hook_resid_pre", x, (n, d))
-        ln1, s1, n1 = _rms_norm(x, _vec(p[pre + "input_layernorm.weight"], mp), config.rms_eps, mp)
-        rec(f"{name}.ln1.hook_scale", s1, (n, 1))
-        rec(f"{name}.ln1.hook_normalized", n1, (n, d))
-        q = linear(ln1, pre + "self_attn.q_proj")
-        k = linear(ln1, pre + "self_attn.k_proj")
-        v = linear(ln1, pre + "self_attn.v_proj")
-        rec(f"{name}.attn.hook_q", q, (n, H, dh))
-        rec(f"{name}.attn.hook_k", k, (n, Hkv, dh))
-        rec(f"{name}.attn.hook_v", v, (n, Hkv, dh))
-        q = _rope(q, H, dh, config.rope_base, config.rope_pairing, mp)
-        k = _rope(k, Hkv, dh, config.rope_base, config.rope_pairing, mp)
-        rec(f"{name}.attn.hook_rot_q", q, (n, H, dh))
-        rec(f"{name}.attn.hook_rot_k", k, (n, Hkv, dh))
-        root = mp.sqrt(dh)
-        scores: Mat = []
-        pattern: Mat = []
-        for h in range(H):
-            qs, ks = slice(h * dh, (h + 1) * dh), slice((h // rep) * dh, (h // rep + 1) * dh)
-            for i in range(n):
-                row = [mp.fsum(a * b for a, b in zip(q[i][qs], k[j][ks], strict=True)) / root
-                       if not (config.causal and j > i) else mp.ninf for j in range(n)]
-                scores.append(row)
-                pattern.append(_softmax_row(row, mp))
-        rec(f"{name}.attn.hook_attn_scores", scores, (H, n, n))
-        rec(f"{name}.attn.hook_pattern", pattern, (H, n, n))
-        z = [[mp.mpf(0)] * (H * dh) for _ in range(n)]
-        for h in range(H):
-            for i in range(n):
-                for e in range(dh):
-                    z[i][h * dh + e] = mp.fsum(pattern[h * n + i][j] * v[j][(h // rep) * dh + e] for j in range(n))
-        rec(f"{name}.attn.hook_z", z, (n, H, dh))
-        attn_out = linear(z, pre + "self_attn.o_proj")
-        rec(f"{name}.hook_attn_out", attn_out, (n, d))
-        mid = [[a + b for a, b in zip(r1, r2, strict=True)] for r1, r2 in zip(x, attn_out, strict=True)]
-        rec(f"{name}.hook_resid_mid", mid, (n, d))
-        ln2, s2, n2 = _rms_norm(mid, _vec(p[pre + "post_attention_layernorm.weight"], mp), config.rms_eps, mp)
-        rec(f"{name}.ln2.hook_scale", s2, (n, 1))
-        rec(f"{name}.ln2.hook_normalized", n2, (n, d))
-        gate = linear(ln2, pre + "mlp.gate_proj")
-        up = linear(ln2, pre + "mlp.up_proj")
-        rec(f"{name}.mlp.hook_pre", gate, (n, f))
-        rec(f"{name}.mlp.hook_pre_linear", up, (n, f))
-        post = [[g / (1 + mp.exp(-g)) * u for g, u in zip(rg, ru, strict=True)]
-                for rg, ru in zip(gate, up, strict=True)]  # silu(gate) * up
-        rec(f"{name}.mlp.hook_post", post, (n, f))
-        mlp_out = linear(post, pre + "mlp.down_proj")
-        rec(f"{name}.hook_mlp_out", mlp_out, (n, d))
-        x = [[a + b for a, b in zip(r1, r2, strict=True)] for r1, r2 in zip(mid, mlp_out, strict=True)]
-        rec(f"{name}.hook_resid_post", x, (n, d))
-        streams.append(x)
-    head = p["model.embed_tokens.weight"] if config.tied else p["lm_head.weight"]  # (V, d)
-    head_t = _mat(np.asarray(head).T, mp)  # (d, V)
-    norm_w = _vec(p["model.norm.weight"], mp)
-
-    def unembed(stream: Mat) -> tuple[Mat, Mat, Mat]:
-        ln, scale, nrm = _rms_norm(stream, norm_w, config.rms_eps, mp)
-        return _linear(ln, head_t, None, mp), scale, nrm
-
-    _head_taps(rec, unembed, x, streams, config.vocab_size, mp)
-    return {name: np.array([[float(v) for v in row] for row in value], dtype=np.float64).reshape(shapes[name])
-            for name, value in taps.items()}
-
-
-__all__ = ["DIGITS", "llama_truth_taps", "truth_taps"]
+__all__ = ["DIGITS", "truth_taps"]

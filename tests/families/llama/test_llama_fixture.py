@@ -96,7 +96,7 @@ def test_llama_mini_preset_writes_a_llama_fixture(tmp_path: Path) -> None:
     assert fixture.manifest["config"]["n_layer"] == 8 and fixture.manifest["config"]["n_kv_heads"] == 2
     rows = {t["name"]: t.get("rows") for t in fixture.manifest["taps"]}
     assert rows["probs"] == LENS_ROWS and rows["logit_lens.0"] == LENS_ROWS and rows["logits"] is None
-    assert "onnx" not in fixture.files
+    assert fixture.onnx_path("all_taps") is not None and fixture.onnx_path("logits") is not None  # both graphs
     overrides = fixture.manifest["tolerances"]["fp32"]["overrides"]
     assert set(overrides) == set(fixture.tap_names)  # scaled tolerances: one per tap
     for precision in ("fp32", "fp64"):
@@ -130,7 +130,7 @@ def test_toy_llama_goldens_are_within_their_tier_of_an_mpmath_truth() -> None:
     pytest.importorskip("mpmath")
     import numpy as np
 
-    from parity_harness._authoring.truth import llama_truth_taps
+    from parity_harness._authoring.llama_family import truth_taps as llama_truth_taps
     from parity_harness._fixture.files import read_safetensors
 
     fixture = load_fixture(TOY_LLAMA)

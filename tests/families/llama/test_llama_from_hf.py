@@ -20,8 +20,8 @@ from tests.helpers import run_cli
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from parity_harness._authoring.hf_import import (  # noqa: E402  (torch and transformers first)
-    export_from_hf,
+from parity_harness._authoring.hf_import import export_from_hf  # noqa: E402  (torch and transformers first)
+from parity_harness._authoring.llama_family import (  # noqa: E402
     read_hf_llama_config,
     read_hf_llama_weights,
 )
@@ -123,7 +123,7 @@ def test_export_writes_a_llama_fixture_whose_goldens_are_what_transformers_compu
             logits = model(torch.tensor([list(case.tokens)])).logits[0].numpy()
         diff = float(np.max(np.abs(golden[case.name]["logits"] - logits)))
         assert diff <= 1e-5, f"{case.name}: the golden logits differ from transformers' by {diff:.3g}"
-    assert fixture.onnx_path("all_taps") is None  # no Llama ONNX graphs yet: none claimed
+    assert fixture.onnx_path("all_taps") is None  # with_onnx=False: no graph claimed
     import parity_harness.api as parity
 
     report = parity.run(backends=["pytorch", "hf-transformers"], fixture=str(target), precisions=["fp32", "fp64"])
