@@ -247,8 +247,10 @@ def bench(session: nox.Session) -> None:
     `npm ci` installs the browser backends, as for `parity`: without it a fresh clone's bench would time
     every backend but those four.
 
-    `nox -s bench -- --preset gpt2-small`: export GPT-2 small into a temporary directory, then time and
-    measure (peak RSS of the process tree) `parity run` per backend and over all of them (docs/performance.md).
+    `nox -s bench -- --preset gpt2-small` (or `llama-small`): export the preset into a temporary directory, then
+    time and measure (peak RSS of the process tree) `parity run` per backend, over the preset's acceptance set
+    (llama-small: pytorch, numpy, onnxruntime, hf-transformers within 90 s and 4 GB, issue 38) and over all of
+    them, printing the CPU, its cores and the load average beside every row (docs/performance.md).
     """
     session.install("-e", ".[all]")
     session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)

@@ -1,4 +1,4 @@
-"""Time what users wait for: `parity run` on the toy beside its floor, training the toy, and GPT-2 small.
+"""Time what users wait for: `parity run` on the toy beside its floor, training the toy, GPT-2 and Llama small.
 
 Prints numbers only; performance targets live here, not in timed tests that flake. Run with
 `nox -s bench` or `python -m benchmarks.bench [--repeat N] [--skip-training] [--fixture DIR] [--warm] [--backends A,B]`.
@@ -12,14 +12,16 @@ Targets (issue 26): the full run within 1.5x its floor, the 7 pip backends withi
 `--warm` adds the in-process table: each backend's first and repeated runs after the imports.
 The acceptance target for training (both models, 4,000 steps each) is under 60 s on 2 cores.
 
-`python -m benchmarks.bench --preset gpt2-small [--keep DIR]` (`nox -s bench -- --preset gpt2-small`):
-exports the preset into a temporary directory (its wall time and peak memory), then runs `parity run`
-on it once per backend that runs at that size (every available built-in backend of the default run that
-does not decline the fixture) and over all of them, one at a time and with `--jobs 2`, each in a fresh process
-tree, and prints the wall
-time and the peak RSS of the whole tree (benchmarks/treemem.py) beside a floor: the backend's imports, a
-Node start if it runs Node, one read of the file it loads, and its compute at BLAS speed (the forward
-pass's FLOPs over NumPy's measured GEMM rate) in each precision it runs; docs/performance.md has the table.
+`python -m benchmarks.bench --preset NAME [--keep DIR] [--backends A,B] [--report FILE]` (`nox -s bench --
+--preset gpt2-small`, `-- --preset llama-small`): exports the preset into a temporary directory (its wall time
+and peak memory), then runs `parity run` on it once per backend that runs at that size (every available built-in
+backend of the default run that declares the fixture's family and does not decline the fixture), over the
+preset's acceptance set if it has one (`ACCEPTANCE`: llama-small's four of issue 38, 90 s and 4 GB), and over
+all of them, one at a time and with `--jobs 2`, each in a fresh process tree, and prints the wall time and the
+peak RSS of the whole tree (benchmarks/treemem.py) beside a floor: the backend's imports, a Node start if it
+runs Node, one read of the file it loads, and its compute at BLAS speed (the forward pass's FLOPs over NumPy's
+measured GEMM rate) in each precision it runs; with the CPU, its cores and the load average beside every row.
+docs/performance.md has the tables.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from parity_harness._authoring.presets import SCALED_C
+from parity_harness._authoring.presets import scaled_c
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._fixture.fixture import Fixture, default_fixture_dir, load_fixture
 
@@ -190,28 +194,81 @@ TARGETS = ("targets: export <= 120 s; the run over every backend that runs at th
 GRAPH_BACKENDS = ("onnxruntime", "onnxruntime-optimized", "openvino")
 
 
+@dataclass(frozen=True)
+class Acceptance:
+    """A preset's acceptance target: `parity run` over `backends` within `seconds` and `megabytes` of peak RSS
+    (the process tree's, MB = 1e6 bytes), the export not counted."""
+
+    issue: str
+    backends: tuple[str, ...]
+    seconds: float
+    megabytes: float
+
+    def verdict(self, wall: float, peak_mb: float) -> str:
+        ok = wall <= self.seconds and peak_mb <= self.megabytes
+        return (f"{'within' if ok else 'MISSES'} {self.issue}'s {self.seconds:g} s and {self.megabytes / 1000:g} GB "
+                f"({wall:.1f} s, {peak_mb / 1000:.2f} GB)")
+
+
+# Issue 38: "A generated llama-small runs on pytorch, numpy, onnxruntime and hf-transformers within 90 s and 4 GB,
+# measured by `nox -s bench`."
+ACCEPTANCE: dict[str, Acceptance] = {
+    "llama-small": Acceptance("issue 38", ("pytorch", "numpy", "onnxruntime", "hf-transformers"), 90.0, 4000.0),
+}
+
+
+def preset_targets(preset: str) -> str:
+    """The targets line printed above a preset's table."""
+    target = ACCEPTANCE.get(preset)
+    if target is None:
+        return TARGETS
+    return (f"target ({target.issue}): `parity run` over {', '.join(target.backends)} within {target.seconds:g} s "
+            f"and {target.megabytes / 1000:g} GB of peak RSS (the process tree), each backend alone and the "
+            f"{len(target.backends)} together; the export not counted")
+
+
+def floor_imports(name: str, family: str) -> tuple[str, ...]:
+    """What `name` imports before it computes on a fixture of `family` (FLOOR_IMPORTS, the family's model class)."""
+    modules = FLOOR_IMPORTS[name]
+    if family == "llama":
+        modules = tuple(m.replace(":GPT2LMHeadModel", ":LlamaForCausalLM") for m in modules)
+    return modules
+
+
 def scaled_backends(fixture: Fixture) -> list[str]:
     """The built-in backends that run on `fixture`: available, in the default run, not declining."""
+    return [name for name, why in family_backends(fixture) if why is None]
+
+
+def family_backends(fixture: Fixture) -> list[tuple[str, str | None]]:
+    """Every built-in backend that declares the fixture's family, with why it does not run here (None: it runs)."""
     names = [n for n in sorted(backend_entry_points(), key=lambda n: (n != "pytorch", n)) if n in FLOOR_IMPORTS]
-    out = []
+    out: list[tuple[str, str | None]] = []
     for name in names:
         backend = load_backend(name)
-        if not backend.missing() and backend.by_default and not backend.declined(fixture):
-            out.append(name)
+        if fixture.family not in backend.families:
+            continue
+        missing = backend.missing()
+        why = (f"needs {', '.join(missing)}" if missing else None if backend.by_default else "runs only when named")
+        out.append((name, why or backend.declined(fixture)))
     return out
 
 
 def forward_flops(fixture: Fixture) -> float:
-    """Multiply-adds x 2 of one forward pass over every case, as the reference computes it: the blocks'
-    four products and attention, the unembedding of every position, and the logit lens and probs on the
-    rows the manifest keeps (docs/fixture-format.md, "rows")."""
-    c = fixture.config
+    """Multiply-adds x 2 of one forward pass over every case, as the reference of the fixture's family computes
+    it: the blocks' products (GPT-2: qkv, proj, fc, fc_proj; Llama: q, k and v of its n_kv_heads, o, gate, up,
+    down) and attention, the unembedding of every position, and the logit lens and probs on the rows the
+    manifest keeps (docs/fixture-format.md, "rows")."""
+    c: Any = fixture.model.config
     d, V, L = c.d_model, c.vocab_size, c.n_layer
+    llama = fixture.family == "llama"
+    kv = c.n_kv_heads * c.d_head if llama else d  # the width of k and of v
+    mlp = (3 if llama else 2) * c.d_mlp  # SwiGLU's gate, up and down; GPT-2's fc and proj
     rows = fixture.lens_rows()
     total = 0.0
     for case in fixture.cases:
         T = len(case.tokens)
-        block = 2 * T * d * (3 * d + d + 2 * c.d_mlp) + 2 * 2 * T * T * d  # qkv, proj, fc, fc_proj; QK^T and PV
+        block = 2 * T * d * (2 * d + 2 * kv + mlp) + 2 * 2 * T * T * d  # the projections; QK^T and PV
         lens = (L + 1) * 2 * min(T, rows or T) * d * V
         total += L * block + 2 * T * d * V + lens
     return total
@@ -239,10 +296,11 @@ def read_seconds(path: Path) -> float:
     return _timed(lambda: path.read_bytes())
 
 
-def preset_floors(fixture: Fixture, names: list[str]) -> dict[str, tuple[float, str]]:
+def preset_floors(fixture: Fixture, names: list[str], sets: dict[str, list[str]]) -> dict[str, tuple[float, str]]:
     """Each backend's floor on the fixture: its imports (a fresh Python), one Node start if it runs Node, one
     read of the file it loads (the weights or the ONNX graph), and its compute at BLAS speed in each precision
-    it runs (`forward_flops` / `gemm_rate`); with a row for all of them (every import once, every file once)."""
+    it runs (`forward_flops` / `gemm_rate`); and a floor for each of `sets` (label: backends), every import,
+    every file once."""
     flops = forward_flops(fixture)
     rate = {"fp32": gemm_rate("float32"), "fp64": gemm_rate("float64")}
     from parity_harness._backends.node.runtime import find_node
@@ -252,73 +310,125 @@ def preset_floors(fixture: Fixture, names: list[str]) -> dict[str, tuple[float, 
     reads = {"weights": read_seconds(fixture.weights_path), "graph": read_seconds(graph) if graph else 0.0}
     floors: dict[str, tuple[float, str]] = {}
     computes: dict[str, float] = {}
-    for name in names:
+    for name in dict.fromkeys([*names, *(n for chosen in sets.values() for n in chosen)]):
         backend = load_backend(name)
         precisions = [p for p in ("fp32", "fp64") if p in backend.precisions]
-        imports = min(_once(import_command(FLOOR_IMPORTS[name]))[0] for _ in range(2))
+        imports = min(_once(import_command(floor_imports(name, fixture.family)))[0] for _ in range(2))
         read = reads["graph" if name in GRAPH_BACKENDS else "weights"]
         compute = computes[name] = sum(flops / rate[p] for p in precisions)
         start = node if name in NODE_BACKENDS else 0.0
         floors[name] = (imports + start + read + compute,
                         f"imports {imports:.1f} + {'Node ' + format(start, '.1f') + ' + ' if start else ''}"
                         f"read {read:.1f} + compute {compute:.1f} ({'+'.join(precisions)})")
-    modules = tuple(m for n in names for m in FLOOR_IMPORTS[n])
-    imports = min(_once(import_command(modules))[0] for _ in range(2))
-    files = reads["weights"] + (reads["graph"] if any(n in GRAPH_BACKENDS for n in names) else 0.0)
-    compute = sum(computes.values())
-    start = node if any(n in NODE_BACKENDS for n in names) else 0.0
-    floors["all"] = (imports + start + files + compute,
-                     f"imports {imports:.1f} + Node {start:.1f} + read {files:.1f} + compute {compute:.1f}")
+    for label, chosen in sets.items():
+        modules = tuple(m for n in chosen for m in floor_imports(n, fixture.family))
+        imports = min(_once(import_command(modules))[0] for _ in range(2))
+        files = reads["weights"] + (reads["graph"] if any(n in GRAPH_BACKENDS for n in chosen) else 0.0)
+        compute = sum(computes[n] for n in chosen)
+        start = node if any(n in NODE_BACKENDS for n in chosen) else 0.0
+        floors[label] = (imports + start + files + compute,
+                         f"imports {imports:.1f} + {'Node ' + format(start, '.1f') + ' + ' if start else ''}"
+                         f"read {files:.1f} + compute {compute:.1f}")
     print(f"floor inputs: {flops / 1e9:.1f} GFLOP per precision; NumPy BLAS {rate['fp32'] / 1e9:.0f} GFLOP/s fp32, "
           f"{rate['fp64'] / 1e9:.0f} fp64; reading the weights {reads['weights']:.2f} s, "
           f"the graph {reads['graph']:.2f} s")
     return floors
 
 
-def bench_preset(preset: str, keep: str | None) -> int:
-    """Export `preset`, then `parity run` per backend and over all of them, each measured as a process tree,
-    each beside its floor (`preset_floors`)."""
+def backend_times(output: str, backends: list[str]) -> dict[tuple[str, str], str]:
+    """{(backend, precision): its time} from `parity run`'s per-tier lines ("numpy  fp32 vs fp32 ... 1.73 s"),
+    once per precision (a result judged in two tiers was computed once)."""
+    times: dict[tuple[str, str], str] = {}
+    for line in output.splitlines():
+        words = line.split()
+        if len(words) > 5 and words[0] in backends and words[2] == "vs" and words[-1] == "s":
+            times.setdefault((words[0], words[1]), words[-2])
+    return times
+
+
+def _load() -> str:
+    """The 1-minute load average now (what else the machine was doing: every number is printed beside it)."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def bench_preset(preset: str, keep: str | None, only: list[str] | None = None, keep_report: str | None = None) -> int:
+    """Export `preset`, then `parity run` per backend, over the preset's acceptance set (`ACCEPTANCE`) and over
+    all of them, each measured as a process tree, each beside its floor (`preset_floors`) and the load average.
+
+    `only`: just these backends, alone and as "all" (the acceptance set's row stays). `keep_report`: copy the
+    JSON report of the run over all of them there (for `python -m benchmarks.tolerance_units FILE --fixture DIR
+    --per-tap`)."""
     from benchmarks.treemem import measure
 
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix=f"parity-{preset}-")) / "fixture"
     scratch = Path(tempfile.mkdtemp(prefix="parity-bench-report-"))  # the bench's own: never beside --keep DIR
+    target = ACCEPTANCE.get(preset)
     try:
         cli = [sys.executable, "-m", "parity_harness"]
-        rows: list[tuple[str, float, float, float | None, str]] = []
+        rows: list[tuple[str, float, float, float | None, str, str]] = []
         if not (root / "manifest.json").is_file():
+            before = _load()
             m = measure([*cli, "export", "--preset", preset, "--fixture", str(root)])
             if m.returncode != 0:
                 print(m.output)
                 return m.returncode
-            rows.append((f"export --preset {preset}", m.wall, m.peak_mb, None, "written: " + _size(root)))
+            rows.append((f"export --preset {preset}", m.wall, m.peak_mb, None, f"{before} -> {_load()}",
+                         "written: " + _size(root)))
         fixture = load_fixture(str(root))  # read and hashed once, for the list of backends and their floors
-        names = scaled_backends(fixture)
-        floors = preset_floors(fixture, names)
+        declared = family_backends(fixture)
+        names = [n for n, why in declared if why is None]
+        if target is not None:
+            absent = [n for n in target.backends if n not in names]
+            if absent:
+                print(f"bench: {preset}'s target names backends that do not run here: "
+                      + "; ".join(f"{n} ({dict(declared).get(n) or 'does not declare the family'})" for n in absent))
+                return 2
+        names = [n for n in names if only is None or n in only]
+        sets: dict[str, list[str]] = {}
+        if target is not None and list(target.backends) != names:
+            sets[f"the {len(target.backends)} of {target.issue}"] = list(target.backends)
+        sets[f"all {len(names)}"] = names
+        floors = preset_floors(fixture, names, sets)
         report = scratch / "report.json"
-        every = ",".join(names)
-        for name, jobs in [*((n, "1") for n in names), (every, "1"), (every, "2")]:
-            extra = ["--json", str(report)] if "," in name and jobs == "1" else []
-            m = measure([*cli, "run", "--fixture", str(root), "--backends", name, "--no-skip", "--jobs", jobs, *extra])
-            ran = "; ".join(f"{ln.split()[1]} {ln.split()[-2]} s" for ln in m.output.splitlines() if " ran in " in ln)
+        runs = [*((n, [n], "1") for n in names), *((label, chosen, "1") for label, chosen in sets.items()),
+                (f"all {len(names)}, --jobs 2", names, "2")]
+        for label, chosen, jobs in runs:
+            every = label == f"all {len(names)}"
+            extra = ["--json", str(report)] if every else []
+            before = _load()
+            m = measure([*cli, "run", "--fixture", str(root), "--backends", ",".join(chosen), "--no-skip",
+                         "--jobs", jobs, *extra])
+            ran = "; ".join(f"{b} {p} {t} s" for (b, p), t in backend_times(m.output, chosen).items())
             verdict = next((ln.split(":")[0] for ln in m.output.splitlines() if ln.startswith(("PASS", "FAIL"))),
                            f"exit {m.returncode}")
-            floor_s, parts = floors["all" if "," in name else name]
-            label = (f"all {len(names)}" + (f", --jobs {jobs}" if jobs != "1" else "")) if "," in name else name
-            rows.append((label, m.wall, m.peak_mb, floor_s,
-                         f"{verdict} (exit {m.returncode}); backend time: {ran}; floor: {parts}"))
-        print(f"GPT-2-shaped preset {preset}, fixture in a temporary directory; {TARGETS}")
-        print(f"the {len(names)} backends that run at this size: {', '.join(names)}")
-        print(f"| {'what':<28} | {'wall (s)':>8} | {'floor (s)':>9} | {'ratio':>6} | {'peak RSS (MB)':>13} | notes |")
-        print(f"|{'-' * 30}|{'-' * 10}|{'-' * 11}|{'-' * 8}|{'-' * 15}|---|")
-        for label, wall, peak, floor, note in rows:
+            floor_s, parts = floors[label.split(",")[0]]
+            aim = f"; {target.verdict(m.wall, m.peak_mb)}" if target and set(chosen) <= set(target.backends) else ""
+            rows.append((label, m.wall, m.peak_mb, floor_s, f"{before} -> {_load()}",
+                         f"{verdict} (exit {m.returncode}){aim}; backend time: {ran}; floor: {parts}"))
+        shape = "Llama" if fixture.family == "llama" else "GPT-2"
+        where = f"fixture in {root} (--keep)" if keep else "fixture in a temporary directory"
+        print(f"{shape}-shaped preset {preset}, {where}; {preset_targets(preset)}")
+        print(f"CPU: {_cpu()}, {os.cpu_count()} cores; load: the 1-minute load average before -> after each row "
+              "(the bench's own previous row included)")
+        print(f"the {len(names)} backends timed here{' (--backends)' if only else ''}: {', '.join(names)}")
+        others = [f"{n} ({why})" for n, why in declared if why is not None]
+        print(f"backends that declare the {fixture.family} family: {len(declared)}"
+              + (f"; not run here: {'; '.join(others)}" if others else ""))
+        print(f"| {'what':<28} | {'wall (s)':>8} | {'floor (s)':>9} | {'ratio':>6} | {'peak RSS (MB)':>13} "
+              f"| {'load':<12} | notes |")
+        print(f"|{'-' * 30}|{'-' * 10}|{'-' * 11}|{'-' * 8}|{'-' * 15}|{'-' * 14}|---|")
+        for label, wall, peak, floor, load, note in rows:
             f_text, r_text = (f"{floor:>9.1f}", f"{wall / floor:>5.2f}x") if floor else (" " * 9, " " * 6)
-            print(f"| {label:<28} | {wall:>8.1f} | {f_text} | {r_text} | {peak:>13.0f} | {note} |")
+            print(f"| {label:<28} | {wall:>8.1f} | {f_text} | {r_text} | {peak:>13.0f} | {load:<12} | {note} |")
         if report.is_file():  # what c of the per-tap rule the run used (docs/tolerances.md)
             from benchmarks.tolerance_units import main as units
 
-            print("\nerrors of the run over all backends, in eps * M_tap units (c = "
-                  f"{SCALED_C['fp32']:g} fp32, {SCALED_C['fp64']:g} fp64):")
+            c = scaled_c(preset)
+            print(f"\nerrors of the run over all backends, in eps * M_tap units (c = {c['fp32']:g} fp32, "
+                  f"{c['fp64']:g} fp64):")
             units([str(report), "--fixture", str(root)])
+            if keep_report:
+                shutil.copyfile(report, keep_report)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if not keep:
@@ -346,14 +456,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixture", default=str(default_fixture_dir()))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-training", action="store_true")
-    parser.add_argument("--backends", help="comma-separated: time only these backends alone (the set rows stay)")
+    parser.add_argument("--backends", help="comma-separated: time only these backends alone (the set rows stay); "
+                                           "with --preset: only these, alone and together (the target's row stays)")
     parser.add_argument("--warm", action="store_true", help="also time each backend in this process, after its imports")
-    parser.add_argument("--preset", help="benchmark a GPT-2-shaped preset instead (gpt2-small, gpt2-mini)")
+    parser.add_argument("--preset", help="benchmark a generated preset instead (gpt2-small, llama-small, gpt2-mini, "
+                                         "llama-mini)")
     parser.add_argument("--keep", metavar="DIR", help="with --preset: export into DIR (or reuse it) and keep it")
+    parser.add_argument("--report", metavar="FILE", help="with --preset: keep the JSON report of the run over all")
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu()}, Python {platform.python_version()}")
     if args.preset:
-        return bench_preset(args.preset, args.keep)
+        return bench_preset(args.preset, args.keep, args.backends.split(",") if args.backends else None, args.report)
     bench_toy(args.fixture, args.repeat, args.backends.split(",") if args.backends else None)
     if args.warm:
         bench_backends(args.fixture, args.repeat)
