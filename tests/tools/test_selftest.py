@@ -26,10 +26,9 @@ import parity_harness._tools.mutants
 from parity_harness._core.errors import ParityError
 from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Fixture, load_fixture
+from parity_harness._tools.gpt2_mutants import REDUCED, STABILITY
 from parity_harness._tools.mutants import (
     CATALOG,
-    REDUCED,
-    STABILITY,
     TARGET_DIRS,
     Mutant,
     MutantAnchorError,
@@ -121,12 +120,16 @@ def test_selftest_catches_every_mutant(tmp_path: Path) -> None:
     assert "reduced-precision mutants caught in fp16 at their tap, invisible in fp32 and fp64: 3/3" in proc.stdout
     assert "control (reference, unpatched, fp16-probe, fp16/bf16/fp32/fp64): pass" in proc.stdout
     # The Llama mutants, of llama_model.py and of llama_numpy.py: caught on toy-llama at their tap, with a cause.
-    llama = [r for r in report["mutants"] if r["caught_on"] == "llama"]
+    llama = [r for r in report["mutants"] if r["caught_on"] == "family"]
+    assert {r["family"] for r in llama} == {"llama"}
     assert {(r["target"], r["file"]) for r in llama} == {("reference", "llama_model.py"), ("numpy", "llama_numpy.py")}
     for row in llama:
         assert row["caught"] and row["localized"] and row["likely_cause"], row
-    assert report["llama_controls"] == {"reference": "", "numpy": ""}
-    assert report["totals"]["llama"] == report["totals"]["llama_caught_at_tap_with_cause"] == len(llama) == 12
+    assert list(report["families"]) == ["llama"]
+    family = report["families"]["llama"]
+    assert family["controls"] == {"reference": "", "numpy": ""}
+    assert family["fixture"] == str(REPO / "fixtures" / "toy-llama")
+    assert family["mutants"] == family["caught_at_tap_with_cause"] == len(llama) == 12
     assert "control (numpy, unpatched llama_numpy.py, toy-llama): pass" in proc.stdout
 
 
@@ -215,13 +218,13 @@ def test_catalog_shape(fixture: Fixture) -> None:
     decoding = fixture.decoding()
     assert decoding is not None
     for m in CATALOG:
-        if m.caught_on == "llama":  # the Llama family's mutants: tests/families/llama/test_llama_mutants.py
-            assert m.name.startswith("llama-np-" if m.target == "numpy" else "llama-"), m.name
+        if m.caught_on == "family":  # the Llama family's mutants: tests/families/llama/test_llama_mutants.py
+            assert m.family == "llama" and m.name.startswith("llama-np-" if m.target == "numpy" else "llama-"), m.name
             assert m.file == {"reference": "llama_model.py", "numpy": "llama_numpy.py"}[m.target], m.name
             continue
         taps = fixture.tap_names if m.expected_step is None else decoding.taps
         assert m.expected_tap in taps, m.name
-        assert m.name.startswith({"typescript": "ts-", "reference": "py-"}[m.target]), m.name
+        assert m.family == "gpt2" and m.name.startswith({"typescript": "ts-", "reference": "py-"}[m.target]), m.name
         assert m.description and m.patches
         expected_on = "stress" if m in STABILITY else "probe" if m in REDUCED and m.expected_step is None else "toy"
         assert m.caught_on == expected_on, m.name
@@ -229,6 +232,18 @@ def test_catalog_shape(fixture: Fixture) -> None:
     # One stability mutant per bug class, in the TypeScript port at least.
     assert {m.name for m in STABILITY if m.target == "typescript"} >= {
         "ts-softmax-no-max", "ts-ln-one-pass-variance", "ts-additive-mask", "ts-erf-series"}
+
+
+def test_the_catalog_is_every_familys_mutants_the_toys_first() -> None:
+    """Each family's table names its mutants module; the catalog is theirs, GPT-2's first, then table order."""
+    from parity_harness._tools.mutants import catalog_families, family_mutants
+    from parity_reference.families import family_names
+
+    assert catalog_families()[0] == "gpt2" and sorted(catalog_families()) == family_names()
+    assert tuple(m for f in catalog_families() for m in family_mutants(f).mutants) == CATALOG
+    for f in catalog_families():
+        assert all(m.family == f for m in family_mutants(f).mutants), f
+    assert family_mutants("llama").fixture == "toy-llama" and family_mutants("llama").title == "Llama"
 
 
 @pytest.mark.parametrize("mutant", CATALOG, ids=[m.name for m in CATALOG])

@@ -3,8 +3,9 @@
 Each mutant of `parity_harness._tools.mutants.CATALOG` patches a temporary copy of an implementation and is run
 through `run_parity` like any backend: typescript mutants by the typescript backend with
 `PARITY_TS_DIR` pointing at the patched copy (float64), reference mutants as a module loaded from
-the patched parity_reference/model.py, computed like the pytorch backend in float32 and float64, numpy mutants
-as a module loaded from the patched parity_reference/llama_numpy.py, computed by the numpy backend's own code
+the patched torch reference of the fixture's family (parity_reference/model.py, llama_model.py: its table's `torch`),
+computed like the pytorch backend in float32 and float64, numpy mutants as a module loaded from the patched NumPy
+reference (llama_numpy.py: the table's `numpy`), computed by the numpy backend's own code
 (`NumpyBackend.model_module` returns the copy) in float32 and float64.
 
 Per mutant: caught (any comparison failed, or the run stopped with an error), the tiers that
@@ -27,10 +28,12 @@ where they must be caught at their expected tap, and in fp32 and fp64, where eve
 (their bug lives in a half fast path). The probe's control runs the unpatched reference in fp16, bf16,
 fp32 and fp64: honest reduced precision must pass there.
 
-The Llama family's mutants (`caught_on == "llama"`) patch parity_reference/llama_model.py (target "reference") or
-its NumPy twin llama_numpy.py (target "numpy") and run on the Llama toy fixture (`llama`, default: the toy's
-sibling directory toy-llama, i.e. fixtures/toy-llama) in float32 and float64: each must be caught at its expected
-tap with a likely cause (diagnose's Llama patterns). A control runs each unpatched file there.
+The other families' mutants (`caught_on == "family"`, e.g. the Llama family's, which patch
+parity_reference/llama_model.py, target "reference", or its NumPy twin llama_numpy.py, target "numpy") run on their
+family's own toy fixture (`family_fixtures[family]`, default: the toy's sibling directory named by the family's
+mutants module, `FIXTURE`: fixtures/toy-llama) in float32 and float64: each must be caught at its expected tap with a
+likely cause (the family's diagnose patterns). A control runs each unpatched file there. Nothing here names a family:
+the family tables (parity_reference/families/) and their mutants modules say which there are.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -64,13 +67,12 @@ from parity_harness._core.text import tier_key
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, reference_decode
 from parity_harness._fixture.fixture import Fixture
 from parity_harness._run.runner import run_parity
-from parity_harness._tools.mutants import TARGET_DIRS, Mutant, MutantAnchorError, Target
-from parity_reference.families import load_family
+from parity_harness._tools.mutants import TARGET_DIRS, TOY_FAMILY, Mutant, MutantAnchorError, Target, family_mutants
+from parity_reference.families import family_names, load_family
 from parity_reference.run import reference_taps
 
 MIN_LOCALIZED = 0.90  # share of mutants whose first diverging tap is the expected one
 MIN_FP64_ONLY = 3  # mutants only the fp64 tier can see
-LLAMA_FIXTURE = "toy-llama"  # the Llama mutants' fixture: the toy's sibling directory
 
 # Tier labels: "computed precision / golden file".
 TIER_FP32 = tier_key("fp32", "fp32")
@@ -79,14 +81,14 @@ TIER_FP64_VS_FP32 = tier_key("fp64", "fp32")
 
 
 class ReferenceModuleBackend(Backend):
-    """A (possibly patched) copy of parity_reference/model.py (or llama_model.py for a Llama fixture), computed like
-    the pytorch backend (forward and decoding)."""
+    """A (possibly patched) copy of the fixture's family's torch reference (parity_reference/model.py,
+    llama_model.py), computed like the pytorch backend (forward and decoding)."""
 
     name: ClassVar[str] = "reference-mutant"
     description: ClassVar[str] = "a patched copy of parity_reference/model.py (parity selftest)"
     precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
     requires: ClassVar[tuple[str, ...]] = ("torch",)
-    families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")  # model.py, or llama_model.py (`run_target`)
+    families: ClassVar[tuple[str, ...]] = tuple(family_names())  # each family's torch file (`run_target`)
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
@@ -106,11 +108,12 @@ class ReferenceModuleBackend(Backend):
 
 
 class NumpyModuleBackend(NumpyBackend):
-    """A (possibly patched) copy of parity_reference/llama_numpy.py (or numpy_model.py for a GPT-2 fixture), computed
+    """A (possibly patched) copy of the fixture's family's NumPy reference (numpy_model.py, llama_numpy.py), computed
     by the numpy backend's own code: only the module it calls (`model_module`) is the copy's."""
 
     name: ClassVar[str] = "numpy-mutant"
     description: ClassVar[str] = "a patched copy of a family's NumPy model (parity selftest)"
+    families: ClassVar[tuple[str, ...]] = tuple(family_names())  # each family's NumPy file (`run_target`)
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
@@ -197,7 +200,7 @@ class Outcome:
     seconds: float = 0.0
     expected_step: int | None = None  # a decoding mutant: the decoding step where it must first show
     first_step: int | None = None  # the first failing decoding step, when the forward pass agreed
-    caught_on: str = "toy"  # the fixture judged above: "toy", "stress" (stability), "probe", "llama" (toy-llama)
+    caught_on: str = "toy"  # the fixture judged above: "toy", "stress" (stability), "probe", "family" (its own toy)
     toy_tiers: list[str] = field(default_factory=list)  # stability mutants: comparisons that failed on the toy
     toy_error: str = ""  # stability mutants: the toy run stopped with an error
     precision: str | None = None  # reduced-precision mutants: the precision they are caught in (fp16)
@@ -206,6 +209,7 @@ class Outcome:
     first_message: str = ""  # the first divergence's message ("overflow: ...", "precision: ...", "" for tolerance)
     likely_cause: str = ""  # the first divergence's `Likely cause:` (_compare/diagnose.py), "" when none was named
     file: str = ""  # the patched file, in its target's directory: "model/model.ts", "llama_numpy.py", ...
+    family: str = TOY_FAMILY  # the family whose implementation the mutant patches
 
     @property
     def localized(self) -> bool:
@@ -237,7 +241,7 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     order = {t: i for i, t in enumerate(fixture.tap_names)}
     out = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap, mutant.fp64_only,
                   seconds=seconds, expected_step=mutant.expected_step, caught_on=mutant.caught_on,
-                  precision=mutant.precision, file=mutant.file)
+                  precision=mutant.precision, file=mutant.file, family=mutant.family)
     failed = {tier_key(r.precision, r.golden) for r in report.results if r.passed is False}
     decoding = report.decoding
     if decoding is not None:  # the decoding check's failing tiers count as well
@@ -268,8 +272,8 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     return out
 
 
-def _llama_ok(o: Outcome) -> bool:
-    """A Llama mutant as it must be: caught at its expected tap, with a likely cause named."""
+def _family_ok(o: Outcome) -> bool:
+    """Another family's mutant as it must be: caught at its expected tap, with a likely cause named."""
     return o.caught and o.localized and bool(o.likely_cause)
 
 
@@ -284,6 +288,15 @@ def cause_class(cause: str) -> str:
 
 
 @dataclass
+class FamilyRun:
+    """Where another family's mutants ran: its own toy fixture and the controls of its unpatched files there."""
+
+    title: str  # the family's display name, from its mutants module: "Llama"
+    fixture: str
+    controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the family's fixture
+
+
+@dataclass
 class SelftestResult:
     fixture: str
     controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed, else why not
@@ -292,16 +305,22 @@ class SelftestResult:
     stress_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the stress fixture
     probe_fixture: str | None = None  # where the reduced-precision mutants are caught (None: none was run)
     probe_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the probe
-    llama_fixture: str | None = None  # where the Llama mutants are caught (None: none was run)
-    llama_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the Llama fixture
+    families: dict[str, FamilyRun] = field(default_factory=dict)  # family -> where its "family" mutants ran
 
     @property
     def stability(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.caught_on == "stress"]
 
-    @property
-    def llama(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.caught_on == "llama"]
+    def family(self, name: str) -> list[Outcome]:
+        """The family's own mutants (caught_on "family"), in catalog order."""
+        return [o for o in self.outcomes if o.caught_on == "family" and o.family == name]
+
+    def n_family_ok(self, name: str) -> int:
+        """The family's mutants (of each of its files) caught at their tap with a likely cause."""
+        return sum(map(_family_ok, self.family(name)))
+
+    def _title(self, name: str) -> str:
+        return self.families[name].title if name in self.families else name
 
     @property
     def reduced(self) -> list[Outcome]:
@@ -311,11 +330,6 @@ class SelftestResult:
     def n_reduced_ok(self) -> int:
         """Reduced-precision mutants caught at their tap in their precision and invisible in fp32 and fp64."""
         return sum(bool(o.invisible_in_fp32) and o.caught and o.localized for o in self.reduced)
-
-    @property
-    def n_llama_ok(self) -> int:
-        """Llama mutants (of llama_model.py and of llama_numpy.py) caught at their tap with a likely cause."""
-        return sum(map(_llama_ok, self.llama))
 
     @property
     def n_pairs(self) -> int:
@@ -337,7 +351,8 @@ class SelftestResult:
     @property
     def control_passed(self) -> bool:
         return all(not why for why in (*self.controls.values(), *self.stress_controls.values(),
-                                       *self.probe_controls.values(), *self.llama_controls.values()))
+                                       *self.probe_controls.values(),
+                                       *(why for run in self.families.values() for why in run.controls.values())))
 
     def failures(self) -> list[str]:
         """Why the selftest fails, one line each (empty when it passes)."""
@@ -347,8 +362,8 @@ class SelftestResult:
                 for t, m in self.stress_controls.items() if m]
         why += [f"control run of the unpatched {t} failed on the probe fixture (fp16, bf16, fp32, fp64): {m}"
                 for t, m in self.probe_controls.items() if m]
-        why += [f"control run of the unpatched {t} failed on the Llama fixture: {m}"
-                for t, m in self.llama_controls.items() if m]
+        why += [f"control run of the unpatched {t} failed on the {run.title} fixture: {m}"
+                for run in self.families.values() for t, m in run.controls.items() if m]
         if n == 0:
             why.append("no mutants were run")
         if self.n_caught < n:
@@ -370,10 +385,11 @@ class SelftestResult:
         if astray:
             why.append(f"{len(astray)} reduced-precision mutant(s) not caught at their expected tap: "
                        f"{', '.join(astray)}")
-        unnamed = [o.name for o in self.llama if o.caught and not _llama_ok(o)]
-        if unnamed:
-            why.append(f"{len(unnamed)} Llama mutant(s) not caught at their expected tap with a likely cause: "
-                       f"{', '.join(unnamed)}")
+        for name in dict.fromkeys(o.family for o in self.outcomes if o.caught_on == "family"):
+            unnamed = [o.name for o in self.family(name) if o.caught and not _family_ok(o)]
+            if unnamed:
+                why.append(f"{len(unnamed)} {self._title(name)} mutant(s) not caught at their expected tap with a "
+                           f"likely cause: {', '.join(unnamed)}")
         return why
 
     @property
@@ -395,16 +411,16 @@ class SelftestResult:
             "stress_controls": self.stress_controls,
             "probe_fixture": self.probe_fixture,
             "probe_controls": self.probe_controls,
-            "llama_fixture": self.llama_fixture,
-            "llama_controls": self.llama_controls,
+            "families": {name: {"fixture": run.fixture, "controls": run.controls, "mutants": len(self.family(name)),
+                                "caught_at_tap_with_cause": self.n_family_ok(name)}
+                         for name, run in self.families.items()},
             "mutants": [{**asdict(o), "localized": o.localized, "fp64_only": o.fp64_only,
                          "invisible_on_toy": o.invisible_on_toy, "invisible_in_fp32": o.invisible_in_fp32,
                          "cause": o.cause} for o in self.outcomes],
             "totals": {"mutants": len(self.outcomes), "caught": self.n_caught, "localized": self.n_localized,
                        "fp64_only": self.n_fp64_only, "stability": len(self.stability),
                        "invisible_on_toy_caught_on_stress": self.n_pairs, "reduced": len(self.reduced),
-                       "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok, "llama": len(self.llama),
-                       "llama_caught_at_tap_with_cause": self.n_llama_ok},
+                       "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok},
             "exit_code": for_verdict(self.verdict),
             "failures": self.failures(),
         }
@@ -446,7 +462,8 @@ def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "",
     except ParityError as exc:  # the run stopped: the harness did not pass it, but localized nothing
         outcome = Outcome(mutant.name, mutant.target, mutant.description, mutant.expected_tap,
                           mutant.fp64_only, caught=True, error=str(exc), expected_step=mutant.expected_step,
-                          caught_on=mutant.caught_on, precision=mutant.precision, file=mutant.file)
+                          caught_on=mutant.caught_on, precision=mutant.precision, file=mutant.file,
+                          family=mutant.family)
     else:
         outcome = classify(mutant, report, fixture, time.perf_counter() - start)
     outcome.seconds = time.perf_counter() - start
@@ -455,7 +472,8 @@ def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "",
 
 def run_selftest(
     fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None,
-    stress: Fixture | None = None, probe: Fixture | None = None, llama: Fixture | None = None,
+    stress: Fixture | None = None, probe: Fixture | None = None,
+    family_fixtures: Mapping[str, Fixture] | None = None,
 ) -> SelftestResult:
     """The control runs (unpatched copies of each target used), then every mutant.
 
@@ -464,8 +482,9 @@ def run_selftest(
     ParityError (exit 2) if any is selected without a stress fixture. The reduced-precision mutants
     (caught_on "probe") run on `probe` (None: `parity export --preset fp16-probe` in the temporary
     directory) in their precision, where they must be caught, and in fp32 and fp64, where they must pass.
-    The Llama mutants (caught_on "llama") run on `llama` (None: the toy's sibling toy-llama; ParityError, exit 2,
-    if it is not there), where each must be caught at its tap with a likely cause.
+    The other families' mutants (caught_on "family") run on their family's fixture, `family_fixtures[family]`
+    (absent: the toy's sibling directory its mutants module names, e.g. toy-llama; ParityError, exit 2, if it is not
+    there), where each must be caught at its tap with a likely cause.
     """
     say = progress or (lambda _msg: None)
     for mutant in mutants:  # a rotten anchor fails fast (exit 2), before any run
@@ -474,13 +493,16 @@ def run_selftest(
     if stability and stress is None:
         raise ParityError(f"the stability mutants ({', '.join(m.name for m in stability)}) need the stress fixture: "
                           "pass --stress-fixture DIR (made by `parity export --preset toy-stress`)")
-    llama_mutants = [m for m in mutants if m.caught_on == "llama"]
-    if llama_mutants and llama is None:
-        llama = _llama_fixture(fixture, llama_mutants)
+    by_family: dict[str, list[Mutant]] = {}  # family -> its "family" mutants, in catalog order
+    for mutant in mutants:
+        if mutant.caught_on == "family":
+            by_family.setdefault(mutant.family, []).append(mutant)
+    given = dict(family_fixtures or {})
+    own = {name: _family_fixture(fixture, name, group, given.get(name)) for name, group in by_family.items()}
     result = SelftestResult(str(fixture.root))
     with tempfile.TemporaryDirectory(prefix="parity-selftest-") as tmp:
         work = Path(tmp)
-        result.controls = _controls(fixture, list(dict.fromkeys(m.target for m in mutants if m.caught_on != "llama")),
+        result.controls = _controls(fixture, list(dict.fromkeys(m.target for m in mutants if m.caught_on != "family")),
                                     work, "", say)
         if stability and stress is not None:
             result.stress_fixture = str(stress.root)
@@ -498,14 +520,14 @@ def run_selftest(
             result.probe_fixture = str(probe.root) if probe.root.parent != work else "fp16-probe (seed 0, made here)"
             result.probe_controls = _controls(probe, list(dict.fromkeys(m.target for m in reduced)), work, "-probe",
                                               say, ["fp16", "bf16", "fp32", "fp64"])
-        if llama_mutants and llama is not None:
-            result.llama_fixture = str(llama.root)
-            result.llama_controls = _controls(llama, list(dict.fromkeys(m.target for m in llama_mutants)), work,
-                                              "-llama", say)
+        for name, group in by_family.items():
+            result.families[name] = FamilyRun(
+                family_mutants(name).title, str(own[name].root),
+                _controls(own[name], list(dict.fromkeys(m.target for m in group)), work, f"-{name}", say))
         for mutant in mutants:
             say(f"parity selftest: {mutant.name}")
-            if mutant.caught_on == "llama" and llama is not None:
-                result.outcomes.append(_judge(llama, mutant, work, "-llama"))
+            if mutant.caught_on == "family":
+                result.outcomes.append(_judge(own[mutant.family], mutant, work, f"-{mutant.family}"))
                 continue
             if mutant.caught_on == "probe" and probe is not None:
                 outcome = _judge(probe, mutant, work, "-probe", [mutant.precision or "fp16"])
@@ -525,18 +547,22 @@ def run_selftest(
     return result
 
 
-def _llama_fixture(toy: Fixture, mutants: list[Mutant]) -> Fixture:
-    """The Llama toy fixture beside the toy (fixtures/toy-llama); ParityError (exit 2) in one line when absent."""
+def _family_fixture(toy: Fixture, family: str, mutants: list[Mutant], given: Fixture | None) -> Fixture:
+    """The family's own toy fixture: `given`, else the toy's sibling its mutants module names (fixtures/toy-llama);
+    ParityError (exit 2) in one line when it is absent or of another family."""
     from parity_harness._fixture.fixture import load_fixture
 
-    root = toy.root.parent / LLAMA_FIXTURE
-    if not (root / "manifest.json").is_file():
-        raise ParityError(f"the Llama mutants ({', '.join(m.name for m in mutants)}) need the Llama toy fixture "
-                          f"{LLAMA_FIXTURE} beside {toy.root.name}, not found: select others with --only")
-    fixture = load_fixture(root)
-    if fixture.family != "llama":
-        raise ParityError(f"{LLAMA_FIXTURE} beside {toy.root.name} is a {fixture.family} fixture, not a Llama one")
-    return fixture
+    name = family_mutants(family).fixture
+    where = f"{given.root.name}" if given is not None else f"{name} beside {toy.root.name}"
+    if given is None:
+        root = toy.root.parent / name
+        if not (root / "manifest.json").is_file():
+            raise ParityError(f"the {family} mutants ({', '.join(m.name for m in mutants)}) need the fixture {name} "
+                              f"beside {toy.root.name}, not found: select others with --only")
+        given = load_fixture(root)
+    if given.family != family:
+        raise ParityError(f"{where} is a {given.family} fixture, not a {family} one (the {family} mutants' fixture)")
+    return given
 
 
 def _by_file(outcomes: list[Outcome]) -> dict[str, list[Outcome]]:
@@ -563,7 +589,7 @@ def format_table(result: SelftestResult) -> list[str]:
     """The table: mutant, caught, tiers that caught it, first diverging tap, expected tap, match.
 
     The stability mutants get a table of their own: invisible on the toy, caught on the stress fixture; so do the
-    reduced-precision mutants (on the probe) and the Llama mutants (on toy-llama).
+    reduced-precision mutants (on the probe) and each other family's mutants (the Llama ones on toy-llama).
     """
     header: tuple[str, ...] = ("mutant", "caught", "tiers", "first diverging tap", "expected tap", "match")
     rows = [header]
@@ -593,11 +619,13 @@ def format_table(result: SelftestResult) -> list[str]:
             rows.append((o.name, in_fp32, "yes" if o.caught else "NO", ",".join(o.tiers) or "-", o.cause,
                          o.first_tap or "-", o.expected_tap, "yes" if o.localized else "NO"))
         lines += _grid(rows)
-    if result.llama and result.llama_fixture is not None:
-        lines.append(f"Llama mutants: caught on {Path(result.llama_fixture).name} at their tap, with a likely cause")
+    for name, run in result.families.items():
+        if not result.family(name):
+            continue
+        lines.append(f"{run.title} mutants: caught on {Path(run.fixture).name} at their tap, with a likely cause")
         rows = [(header[0], "patches", *header[1:])]
         rows += [(o.name, o.file, "yes" if o.caught else "NO", _tiers_cell(o), o.first_tap or "-", o.expected_tap,
-                  "yes" if o.localized else "NO") for o in result.llama]
+                  "yes" if o.localized else "NO") for o in result.family(name)]
         lines += _grid(rows)
     caught = [o for o in result.outcomes if o.caught and not o.error]
     if caught:
@@ -632,9 +660,10 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
             f"{'FAIL: ' + why if why else 'pass'}")
     for target, why in result.probe_controls.items():
         say(f"control ({target}, unpatched, fp16-probe, fp16/bf16/fp32/fp64): {'FAIL: ' + why if why else 'pass'}")
-    for target, why in result.llama_controls.items():
-        say(f"control ({target}, unpatched {module_file('llama', target)}, {Path(result.llama_fixture or '').name}): "
-            f"{'FAIL: ' + why if why else 'pass'}")
+    for name, run in result.families.items():
+        for target, why in run.controls.items():
+            say(f"control ({target}, unpatched {module_file(name, target)}, {Path(run.fixture).name}): "
+                f"{'FAIL: ' + why if why else 'pass'}")
     for line in format_table(result):
         say(line)
     for why in result.failures():
@@ -644,11 +673,13 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     if result.reduced:
         say(f"reduced-precision mutants caught in fp16 at their tap, invisible in fp32 and fp64: "
             f"{result.n_reduced_ok}/{len(result.reduced)}")
-    if result.llama:
-        per_file = ", ".join(f"{file} {sum(map(_llama_ok, group))}/{len(group)}"
-                             for file, group in _by_file(result.llama).items())
-        say(f"Llama mutants caught at their tap with a likely cause: {result.n_llama_ok}/{len(result.llama)} "
-            f"({per_file})")
+    for name, run in result.families.items():
+        own = result.family(name)
+        if own:
+            per_file = ", ".join(f"{file} {sum(map(_family_ok, group))}/{len(group)}"
+                                 for file, group in _by_file(own).items())
+            say(f"{run.title} mutants caught at their tap with a likely cause: {result.n_family_ok(name)}/{len(own)} "
+                f"({per_file})")
     say(result.totals_line())
 
 

@@ -1,4 +1,4 @@
-"""The Llama family's porting bugs as mutants (parity_harness/_tools/mutants.py, LLAMA): each patched copy of
+"""The Llama family's porting bugs as mutants (parity_harness/_tools/llama_mutants.py, LLAMA): each patched copy of
 parity_reference/llama_model.py first diverges from the reference at its catalog tap, and diagnose names it there
 (a Likely cause recomputed from the golden's upstream taps and the weights); a wrong value that is none of them
 gets no cause. The same bugs in the NumPy Llama (LLAMA_NUMPY, patches of parity_reference/llama_numpy.py) are
@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 
 from parity_harness._compare.diagnose import diagnose  # noqa: E402
 from parity_harness._compare.patterns import TapContext  # noqa: E402
-from parity_harness._tools.mutants import LLAMA, LLAMA_NUMPY, by_name  # noqa: E402
+from parity_harness._tools.llama_mutants import LLAMA, LLAMA_NUMPY  # noqa: E402
+from parity_harness._tools.mutants import by_name  # noqa: E402
 from parity_harness._tools.selftest import copy_target, load_module  # noqa: E402
 from parity_reference import llama_model, llama_numpy  # noqa: E402
 from parity_reference.llama_config import TOY_LLAMA, LlamaConfig  # noqa: E402
@@ -81,7 +82,8 @@ def causes_at(tap: str, golden: dict[str, np.ndarray], got: dict[str, np.ndarray
 def test_the_catalog_lists_six_llama_mutants_on_the_llama_fixture() -> None:
     assert [m.name for m in LLAMA] == list(CAUSE)
     assert [m.name for m in by_name(list(CAUSE))] == list(CAUSE)
-    assert all(m.file == "llama_model.py" and m.caught_on == "llama" and m.target == "reference" for m in LLAMA)
+    assert all(m.file == "llama_model.py" and (m.caught_on, m.family) == ("family", "llama")
+               and m.target == "reference" for m in LLAMA)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["toy-llama", "interleaved-5e5-bias"])
@@ -106,7 +108,8 @@ def test_each_llama_mutant_has_a_numpy_twin_at_its_tap() -> None:
     assert [m.name for m in by_name(list(twins))] == list(twins)  # in the catalog
     for m in LLAMA:
         twin = twins[twin_of(m.name)]
-        assert (twin.target, twin.file, twin.caught_on) == ("numpy", "llama_numpy.py", "llama"), twin
+        assert (twin.target, twin.file, twin.caught_on, twin.family) == ("numpy", "llama_numpy.py", "family",
+                                                                         "llama"), twin
         assert (twin.expected_tap, twin.expected_step, twin.fp64_only) == (m.expected_tap, None, False), twin
 
 
@@ -170,8 +173,10 @@ def test_selftest_catches_each_llama_mutant_at_its_tap_with_its_likely_cause() -
 
     result = run_selftest(load_fixture(REPO / "fixtures" / "toy"), [*LLAMA, *LLAMA_NUMPY])  # toy-llama: beside the toy
     doc = result.to_json()
-    assert doc["llama_fixture"] == str(REPO / "fixtures" / "toy-llama") and doc["controls"] == {}
-    assert doc["llama_controls"] == {"reference": "", "numpy": ""}, doc["llama_controls"]
+    families = doc["families"]
+    assert isinstance(families, dict) and list(families) == ["llama"] and doc["controls"] == {}, families
+    assert families["llama"]["fixture"] == str(REPO / "fixtures" / "toy-llama")
+    assert families["llama"]["controls"] == {"reference": "", "numpy": ""}, families
     mutants = doc["mutants"]
     assert isinstance(mutants, list)
     rows = {str(r["name"]): r for r in mutants}
@@ -179,10 +184,9 @@ def test_selftest_catches_each_llama_mutant_at_its_tap_with_its_likely_cause() -
     for name, cause in CAUSE.items():
         for row, file in ((rows[name], "llama_model.py"), (rows[twin_of(name)], "llama_numpy.py")):
             assert row["caught"] and not row["error"] and row["localized"], row
-            assert row["caught_on"] == "llama" and row["file"] == file, row
+            assert row["caught_on"] == "family" and row["family"] == "llama" and row["file"] == file, row
             assert str(row["likely_cause"]).startswith(cause), row
-    totals = doc["totals"]
-    assert isinstance(totals, dict) and totals["llama"] == totals["llama_caught_at_tap_with_cause"] == 12, totals
+    assert families["llama"]["mutants"] == families["llama"]["caught_at_tap_with_cause"] == 12, families
     # the subset has no fp64-only mutant (a catalog-wide count): every other requirement holds
     assert [f for f in result.failures() if "fp64 tier alone" not in f] == []
     table = format_table(result)
@@ -206,4 +210,15 @@ def test_selftest_without_a_llama_fixture_is_one_line(tmp_path: Path) -> None:
     shutil.copytree(REPO / "fixtures" / "toy", toy)
     with pytest.raises(ParityError) as info:
         run_selftest(load_fixture(toy), list(LLAMA[:1]))
-    assert "toy-llama" in str(info.value) and "\n" not in str(info.value)
+    assert "the llama mutants" in str(info.value) and "toy-llama" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_selftest_refuses_a_family_fixture_of_another_family() -> None:
+    from parity_harness._core.errors import ParityError
+    from parity_harness._fixture.fixture import load_fixture
+    from parity_harness._tools.selftest import run_selftest
+
+    toy = load_fixture(REPO / "fixtures" / "toy")
+    with pytest.raises(ParityError, match="toy is a gpt2 fixture, not a llama one") as info:
+        run_selftest(toy, list(LLAMA[:1]), family_fixtures={"llama": toy})
+    assert "\n" not in str(info.value)
