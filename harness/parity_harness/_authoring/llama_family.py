@@ -20,6 +20,15 @@
   - model.safetensors: as for GPT-2 (exact float32 or refused); `lm_head.weight` is kept for an untied model
     and must equal the embedding for a tied one (then dropped).
   - Both ONNX graphs, as for GPT-2 (the decoder-with-past graph needs a decoding section, which an import has not).
+- the presets: The Llama family (manifest "family": "llama", parity_reference/llama_model.py computes the goldens):
+  `toy-llama` is committed as fixtures/toy-llama (`export_toy_llama`, checked by `check_toy_llama`): d 16, 2
+  blocks of 4 query heads sharing 2 key/value heads, d_mlp 32, untied, half pairing, weights
+  `llama_model.init_params(config, seed)`, the toy's vocabulary, cases and decoding prompts, the toy's default
+  tolerances, its ONNX graphs (`export_onnx_for`). `llama-mini` (toy size, 8 blocks) and `llama-small` (d 768,
+  12 blocks of 12 heads sharing 4 key/value heads, d_mlp 2,048, V 32,000 random tokens) are made like
+  gpt2-mini/gpt2-small:
+  random cases, probs and the lens on the last LENS_ROWS positions, scaled tolerances (llama-mini: c as measured
+  on gpt2-small; llama-small: its own, `LLAMA_SMALL_C`), both ONNX graphs, not committed.
 """
 
 from __future__ import annotations
@@ -39,11 +48,15 @@ from parity_harness._authoring.hf_import import (
     _show,
     read_vocab,
 )
+from parity_harness._authoring.presets import CommittedPreset, Preset
 from parity_harness._authoring.truth import DIGITS, Mat, Vec, _head_taps, _linear, _mat, _softmax_row, _vec
 from parity_harness._backends.onnx.weights import ROPE_CONSTANTS
 from parity_harness._core.errors import FixtureError
+from parity_harness._core.precision import Precision
+from parity_harness._core.status import Verdict
 from parity_harness._core.strict_json import load_json_object
-from parity_reference.llama_config import LlamaConfig
+from parity_harness._fixture.fixture import Case
+from parity_reference.llama_config import TOY_LLAMA, LlamaConfig
 from parity_reference.llama_config import param_shapes as llama_param_shapes
 
 
@@ -321,3 +334,150 @@ def export_from_hf(checkpoint: Path, root: Path, long: bool, say: Progress, seed
         "checkpoint": checkpoint.name, "source_dtype": source_dtype, "seed": seed,
         "command": "parity export --from-hf" + (" --long" if long else ""), "platform": current_platform(),
     }, say, with_onnx, family="llama")
+
+
+# -- presets: `parity export --preset toy-llama | llama-mini | llama-small` (presets.py gathers them) ---------------
+
+WEIGHTS_NOTE = ("parity_reference.llama_model.init_params(config, seed): N(0, 0.02), RMSNorm gains N(1, 0.02), "
+                "torch.Generator(seed) in float64, rounded to float32")
+TOY_LLAMA_PRESET = "toy-llama"  # the committed fixtures/toy-llama (export_toy_llama), not in PRESETS
+# llama-small's own c (docs/tolerances.md, "llama-small's budget"): its fp32 worst is 50.7 units (float32 RoPE
+# angles in TransformerLens and transformers, at hook_rot_k), so gpt2-small's 64 would leave 1.3x, not the 3x the
+# rule keeps: 256 (5.0x); its fp64 worst, 59.2, is within gpt2-small's 512 (8.6x): kept.
+LLAMA_SMALL_C: dict[Precision, float] = {"fp32": 256.0, "fp64": 512.0}
+
+
+def init_weights(config: LlamaConfig, seed: int) -> dict[str, np.ndarray]:
+    """`llama_model.init_params(config, seed)` as float32 arrays under Hugging Face names (torch's generator)."""
+    from parity_reference import llama_model
+
+    return {k: v.numpy().copy() for k, v in llama_model.init_params(config, seed).items()}
+
+
+llama_weights = init_weights  # the name the toy-llama writer and its check use
+
+
+PRESETS: dict[str, Preset] = {
+"llama-mini": Preset("llama-mini",
+                         LlamaConfig(vocab_size=96, n_ctx=32, d_model=16, n_layer=8, n_head=4, n_kv_heads=2, d_mlp=64),
+                         (1, 5, 24), 32, "the Llama family at toy size (8 blocks, grouped-query attention), for CI"),
+    "llama-small": Preset("llama-small",
+                          LlamaConfig(vocab_size=32000, n_ctx=1024, d_model=768, n_layer=12, n_head=12, n_kv_heads=4,
+                                      d_mlp=2048),
+                          (1, 16, 128), 1024, "a Llama of about 100 M parameters: V 32,000, d 768, 12 blocks of 12 "
+                                              "query heads sharing 4 key/value heads, d_mlp 2,048", c=LLAMA_SMALL_C),
+}
+
+
+def write_toy_llama(root: Path, weights: Mapping[str, np.ndarray], seed: int, progress: Progress) -> None:
+    """The toy-llama fixture for `weights` into `root` (a new or empty directory): the toy's vocabulary, cases and
+    decoding prompts, goldens of both tiers from parity_reference/llama_model.py, the toy's default tolerances."""
+    import torch
+
+    from parity_harness._authoring.decoding_writer import extend_manifest, family_forward, write_decoding_files
+    from parity_harness._authoring.export import make_cases as toy_cases
+    from parity_harness._authoring.fixture_writer import default_tolerances, write_fixture_files
+    from parity_harness._fixture.platforms import current_platform
+    from parity_reference.grammar import VOCAB
+    from parity_reference.run import reference_taps
+
+    config = TOY_LLAMA
+    run_with_taps, _ = family_forward("llama")
+    cases = [Case(c["name"], tuple(c["tokens"]), c["kind"], c["text"])
+             for c in toy_cases(config.vocab_size, config.n_ctx)]
+    write_fixture_files(
+        root, config=config, vocab=VOCAB, cases=cases, weights=weights, family="llama",
+        golden=lambda precision: reference_taps(weights, config, cases, precision,  # type: ignore[arg-type]
+                                                run_with_taps),
+        provenance={"torch": torch.__version__.split("+")[0], "preset": TOY_LLAMA_PRESET, "seed": seed,
+                    "command": f"parity export --preset {TOY_LLAMA_PRESET} --seed {seed}", "weights": WEIGHTS_NOTE,
+                    "platform": current_platform()},
+        tolerances=default_tolerances(), progress=progress,
+    )
+    section, files = write_decoding_files(root, weights, config, VOCAB, onnx=False, progress=progress, family="llama")
+    extend_manifest(root, section, files)
+
+
+def export_toy_llama(root: Path, seed: int = 0, progress: Progress = print) -> None:
+    """`parity export --preset toy-llama [--fixture DIR]`: written beside `root`, checked, then swapped in."""
+    from parity_harness._authoring.fixture_writer import owned_entries
+    from parity_harness._core.safe_write import replace_directory, staging_directory
+    from parity_harness._fixture.fixture import load_fixture
+
+    say: Progress = lambda message: progress(f"parity export: {message}")  # noqa: E731
+    owned_entries(root, TOY_LLAMA_PRESET)
+    say(f"preset {TOY_LLAMA_PRESET} (the toy Llama: d 16, 2 blocks of 4 query heads sharing 2 key/value heads), "
+        f"seed {seed}")
+    with staging_directory(root) as staging:
+        write_toy_llama(staging, llama_weights(TOY_LLAMA, seed), seed, say)
+        load_fixture(staging).decoding()  # validate what was written before putting it in place
+        from parity_harness._authoring.onnx_export import export_onnx_for
+
+        for line in export_onnx_for(staging):  # the graphs, run against the fp32 goldens; the manifest re-sealed
+            say(line)
+        replace_directory(staging, root, owned_entries(root, TOY_LLAMA_PRESET))
+    say(f"wrote {root}")
+
+
+def check_toy_llama(root: Path, progress: Progress = print, out: Progress = print) -> Verdict:
+    """`parity export --preset toy-llama --check`: the weights regenerated from the seed, the goldens recomputed
+    (bit-identical on the platform that made them, else the cross-platform rule) and the manifest apart from
+    hashes must match the committed fixture."""
+    import tempfile
+
+    from parity_harness._authoring.export import _manifest_without_hashes, check_goldens
+    from parity_harness._fixture.fixture import MANIFEST, load_fixture
+    from parity_harness._fixture.platforms import current_platform, describe, same_platform
+
+    def say(message: str) -> None:
+        progress(f"parity export --check: {message}")
+
+    fixture = load_fixture(root)
+    provenance = fixture.manifest.get("provenance") or {}
+    if fixture.family != "llama" or provenance.get("preset") != TOY_LLAMA_PRESET:
+        raise FixtureError(f"{root}: not a {TOY_LLAMA_PRESET} fixture (made by `parity export --preset "
+                           f"{TOY_LLAMA_PRESET}`)")
+    seed = provenance.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise FixtureError(f"{fixture.manifest_path}: provenance.seed must be a non-negative integer, got {seed!r}")
+    same = same_platform(provenance.get("platform"), current_platform())
+    rule = "bit-identical" if same else "cross-platform"
+    say(f"goldens made on: {describe(provenance.get('platform'))}; rule: {rule}")
+    problems: list[str] = []
+    committed = fixture.weights()
+    regenerated = llama_weights(TOY_LLAMA, seed)
+    differ = [k for k in committed if not np.array_equal(committed[k], regenerated.get(k, np.empty(0)))]
+    if differ or set(regenerated) != set(committed):
+        problems.append(f"weights regenerated from seed {seed} differ (e.g. {(differ or ['names'])[0]!r})")
+    else:
+        say(f"weights regenerated from seed {seed}: bit-identical")
+    with tempfile.TemporaryDirectory() as tmp:
+        regen = Path(tmp)
+        write_toy_llama(regen, committed, seed, lambda _m: None)
+        problems += check_goldens(fixture, regen, same, say)
+        theirs = _manifest_without_hashes(fixture.manifest_path)
+        theirs["files"].pop("onnx", None)  # graphs added later (onnx_export.export_onnx_for): checked below
+        if isinstance(theirs["files"].get("decoding"), dict):
+            theirs["files"]["decoding"].pop("onnx", None)
+        if _manifest_without_hashes(regen / MANIFEST) != theirs:
+            problems.append("manifest differs apart from hashes, platforms and ONNX graphs")
+        else:
+            say("manifest identical apart from hashes")
+    if fixture.onnx_path("all_taps") is not None:
+        from parity_harness._authoring.onnx_export import check_onnx_against_golden
+
+        for line in check_onnx_against_golden(fixture):
+            say(line)
+    for p in problems:
+        out(f"parity export --check: FAIL: {p}")
+    if problems:
+        out(f"parity export --check: the committed fixture is stale; regenerate it with "
+            f"`parity export --preset {TOY_LLAMA_PRESET}`")
+        return Verdict.DISAGREE
+    out("parity export --check: OK, the committed toy-llama fixture is reproducible")
+    return Verdict.AGREE
+
+
+COMMITTED_PRESETS = {TOY_LLAMA_PRESET: CommittedPreset(
+    TOY_LLAMA_PRESET, export_toy_llama, check_toy_llama,
+    "the committed Llama fixture (fixtures/toy-llama; --check works)")}

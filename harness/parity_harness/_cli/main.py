@@ -34,6 +34,7 @@ from parity_harness._fixture.fixture import default_fixture_dir, load_fixture
 from parity_harness._run.request import RunPlan, fixture_from, parse_names, precisions_from, select_backends
 
 if TYPE_CHECKING:
+    from parity_harness._authoring.presets import CommittedPreset
     from parity_harness._compare.report import Report
     from parity_harness._fixture.fixture import Fixture
 
@@ -307,13 +308,12 @@ def cmd_export(args: argparse.Namespace) -> int:
             return for_verdict(check_stress_fixture(dest, toy, progress=_progress))
         write_stress_fixture(dest, toy, progress=_progress)
         return AGREE
-    if args.preset == "toy-llama" and not args.from_hf:
-        from parity_harness._authoring.presets import check_toy_llama, export_toy_llama
-
-        dest = Path(args.fixture) if args.fixture else default_fixture_dir().parent / "toy-llama"
+    committed = _committed_preset(args.preset)
+    if committed is not None and not args.from_hf:  # another family's committed toy, written by its own code
+        dest = Path(args.fixture) if args.fixture else default_fixture_dir().parent / committed.directory
         if args.check:
-            return for_verdict(check_toy_llama(dest, progress=_progress))
-        export_toy_llama(dest, seed=args.seed, progress=_progress)
+            return for_verdict(committed.check(dest, progress=_progress))
+        committed.export(dest, seed=args.seed, progress=_progress)
         return AGREE
     if args.preset != "toy" or args.from_hf:
         return _export_scaled(args)
@@ -364,10 +364,10 @@ def _export_scaled(args: argparse.Namespace) -> int:
     if busy:
         raise ParityError(f"--fixture {target}: exists and is not an empty directory; choose a new one")
     if preset:
-        from parity_harness._authoring.presets import PRESETS, export_preset
+        from parity_harness._authoring.presets import PRESETS, export_preset, preset_names
 
         if preset not in PRESETS:
-            raise ParityError(f"unknown preset {preset!r} (known: toy, toy-stress, toy-llama, {', '.join(PRESETS)})")
+            raise ParityError(f"unknown preset {preset!r} (known: {', '.join(preset_names())})")
         export_preset(target, preset, seed=args.seed, long=args.long, progress=_progress)
     else:
         from parity_harness._authoring.hf_import import export_from_hf
@@ -375,6 +375,13 @@ def _export_scaled(args: argparse.Namespace) -> int:
         export_from_hf(Path(args.from_hf), target, exact_gelu=args.exact_gelu, long=args.long, progress=_progress)
     print(f"parity export: wrote {target}; run it with `parity run --fixture {target}`")
     return AGREE
+
+
+def _committed_preset(name: str) -> CommittedPreset | None:
+    """The family's committed toy called `name` (`presets.committed_presets`), or None."""
+    from parity_harness._authoring.presets import committed_presets
+
+    return committed_presets().get(name)
 
 
 def cmd_seal(args: argparse.Namespace) -> int:
@@ -565,19 +572,24 @@ def build_parser() -> argparse.ArgumentParser:
     backends.set_defaults(func=cmd_backends)
 
     export = sub.add_parser("export", help="retrain the toy and rewrite the fixture, or --check it")
+    from parity_harness._authoring.presets import PRESETS, committed_presets
+
+    committed, generated = committed_presets(), list(PRESETS)
     export.add_argument("--fixture", default=None,
-                        help="fixture directory (default: fixtures/toy; with --preset toy-stress or toy-llama, "
-                             "fixtures/NAME beside the toy; the other presets and --from-hf need a new one)")
+                        help="fixture directory (default: fixtures/toy; with --preset toy-stress or a family's "
+                             f"committed toy ({', '.join(committed)}), fixtures/NAME beside the toy; the other "
+                             "presets and --from-hf need a new one)")
     export.add_argument("--preset", metavar="NAME", default="toy",
                         help="toy: train and write the toy (default); toy-stress: derive the stress fixture from the "
-                             "toy's weights (_authoring/stress.py); toy-llama: the committed Llama fixture "
-                             "(fixtures/toy-llama; --check works); gpt2-small, gpt2-mini, gpt2-mini-gelu-new (GPT-2's "
-                             "tanh gelu_new), fp16-probe, llama-mini, llama-small: a fixture from seeded random "
-                             "weights (parity_harness/_authoring/presets.py)")
+                             "toy's weights (_authoring/stress.py); "
+                             + "".join(f"{name}: {c.what}; " for name, c in committed.items())
+                             + f"{', '.join(generated)}: a fixture from seeded random weights "
+                             "(parity_harness/_authoring/presets.py; gpt2-mini-gelu-new: GPT-2's tanh gelu_new)")
     export.add_argument("--from", dest="source", metavar="DIR",
                         help="with --preset toy-stress: the toy fixture to derive it from (default: fixtures/toy)")
     export.add_argument("--from-hf", metavar="CHECKPOINT_DIR",
-                        help="write a fixture from a local Hugging Face GPT-2 or Llama checkpoint "
+                        help="write a fixture from a local Hugging Face checkpoint of a built-in family (GPT-2, or any "
+                             "model_type a family's authoring module reads) "
                              "(config.json, model.safetensors); a GPT-2 one's gelu_new (tanh GELU) is kept as it is")
     export.add_argument("--exact-gelu", action="store_true",
                         help="with --from-hf: take a checkpoint made for a tanh GELU (gelu_new, gelu_fast, ...) "

@@ -53,7 +53,7 @@ def test_toy_llama_fixture_id_is_stable() -> None:
 
 def test_export_check_regenerates_the_committed_toy_llama() -> None:
     pytest.importorskip("torch")
-    from parity_harness._authoring.presets import check_toy_llama
+    from parity_harness._authoring.llama_family import check_toy_llama
     from parity_harness._core.status import Verdict
 
     lines: list[str] = []
@@ -64,7 +64,7 @@ def test_export_check_regenerates_the_committed_toy_llama() -> None:
 @pytest.mark.full  # about 10 s: the goldens and three ONNX graphs written and run again
 def test_export_toy_llama_writes_the_same_fixture(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from parity_harness._authoring.presets import export_toy_llama
+    from parity_harness._authoring.llama_family import export_toy_llama
 
     export_toy_llama(tmp_path / "tl", progress=lambda _m: None)
     names = sorted(p.name for p in TOY_LLAMA.iterdir())
