@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import TIERS, Precision
 from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Case
@@ -241,9 +242,12 @@ def write_scaled_fixture(root: Path, config: ModelConfig, weights: dict[str, np.
 
 def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, progress: Progress = print,
                   with_onnx: bool = True) -> None:
-    """`parity export --preset NAME --fixture DIR [--seed N] [--long]`."""
+    """`parity export --preset NAME --fixture DIR [--seed N] [--long]`; ParityError (exit 2) naming the known presets
+    for any other name, whichever surface asked."""
     from parity_harness._fixture.platforms import current_platform
 
+    if name not in PRESETS:
+        raise ParityError(f"unknown preset {name!r} (known: {', '.join(preset_names())})")
     preset = PRESETS[name]
     say: Progress = lambda message: progress(f"parity export: {message}")  # noqa: E731
     say(f"preset {name} ({preset.what}), seed {seed}")
