@@ -18,6 +18,15 @@ harness compares and drops each case as it comes (memory bounded by one case); `
 a reason to not run at all on a fixture (e.g. too big for a pure-Python interpreter), reported once
 as "not supported".
 
+Optionally, a backend computes the backward and the training step (parity_reference/training.py defines
+both; `parity run --grad` judges them): `supports_grad(fixture)` returns True, `grad(fixture, precision)`
+returns `{case: {"loss": array [], "{tap}.grad": array, "{param}.grad": array}}` for every case of
+`fixture.training().cases` (the gradient of that case's loss, in the tap's or parameter's shape), and
+`train(fixture, precision)` returns `{"step{s}/loss": [], "step{s}/grad_norm": [], "step{s}/{param}": array}`
+for s = 1 .. `fixture.training().steps`. Only "fp32" and "fp64". A gradient it cannot produce is left out of
+`supported_grads(fixture)` (by default every name of `fixture.grad_names()`) and reported "not supported";
+`supports_training(fixture)` (by default `supports_grad`) says whether it runs the training step at all.
+
 Optionally, for `parity attribute` (docs/attribution.md), a backend runs one layer from a given input:
 `supports_layers(fixture)` returns True and `run_layer(fixture, precision, layer, stream)` computes
 `layer`, one of `layer_names(n_layer)`: "blocks.{i}.attn" (LN1 + attention + the residual add, from
@@ -126,6 +135,26 @@ class Backend:
     def run_cases(self, fixture: Fixture, precision: Precision) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         """Optional, with `streams = True`: yield (case name, {tap: array}) for every case, in order."""
         yield from self.run(fixture, precision).items()
+
+    def supports_grad(self, fixture: Fixture) -> bool:
+        """True when `grad` works for this fixture (`parity run --grad`); by default a backend has no backward."""
+        return False
+
+    def supported_grads(self, fixture: Fixture) -> list[str]:
+        """The gradients `grad` returns for this fixture; by default every one (`fixture.grad_names()`)."""
+        return list(fixture.grad_names())
+
+    def grad(self, fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
+        """Each training case's loss and gradients: {case: {"loss": [], "{tap}.grad": ..., "{param}.grad": ...}}."""
+        raise NotImplementedError
+
+    def supports_training(self, fixture: Fixture) -> bool:
+        """True when `train` works for this fixture; by default whenever it has a backward."""
+        return self.supports_grad(fixture)
+
+    def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
+        """The fixture's training steps: {"step{s}/loss": [], "step{s}/grad_norm": [], "step{s}/{param}": array}."""
+        raise NotImplementedError
 
     def supports_layers(self, fixture: Fixture) -> bool:
         """True when `run_layer` works for this fixture (`parity attribute`); by default it does not."""

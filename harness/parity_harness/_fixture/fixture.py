@@ -54,6 +54,7 @@ from parity_reference.tensor_check import GOLDEN, WEIGHTS, Expected
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding_section import Decoding
     from parity_harness._fixture.model_spec import ModelSpec
+    from parity_reference.training import TrainingSpec
 
 LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
 
@@ -262,6 +263,41 @@ class Fixture:
             self._decoding = parse_decoding_section(self.manifest, self.files, self.model.config,
                                                     str(self.manifest_path))
         return self._decoding
+
+    def training(self) -> TrainingSpec | None:
+        """The optional training section (the backward's cases, the training step; _fixture/training_section.py),
+        checked; None if absent."""
+        return self._training_section()[0] if self._training_section() else None
+
+    def grad_c(self) -> dict[str, float]:
+        """The gradient tolerances' c per tier (atol = c * eps * M); FixtureError without a training section."""
+        section = self._training_section()
+        if section is None:
+            raise FixtureError(f"{self.manifest_path}: the fixture has no training section (no gradient goldens)")
+        return section[1]
+
+    def _training_section(self) -> tuple[TrainingSpec, dict[str, float]] | None:
+        if not hasattr(self, "_training"):
+            from parity_harness._fixture.training_section import check_no_decay, parse_training_section
+
+            section = parse_training_section(self.manifest, self.files, {c.name: len(c.tokens) for c in self.cases},
+                                             str(self.manifest_path))
+            if section is not None:
+                check_no_decay(section[0], list(self.model.param_shapes()), str(self.manifest_path))
+            self._training = section
+        return self._training
+
+    def grad_names(self) -> list[str]:
+        """Every gradient of a case's backward, in backward order (parity_reference/training.py)."""
+        from parity_reference.training import backward_names
+
+        return backward_names(self.tap_names, list(self.model.param_shapes()))
+
+    def training_golden_path(self, precision: Precision) -> Path:
+        names = self.files.get("training")
+        if not isinstance(names, dict) or not isinstance(names.get(precision), str):
+            raise FixtureError(f"{self.manifest_path}: the fixture has no training section (no gradient goldens)")
+        return self._safe_path(names[precision])
 
     def case(self, name: str) -> Case:
         for c in self.cases:

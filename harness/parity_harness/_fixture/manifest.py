@@ -352,6 +352,8 @@ class _Parser:
         names += [v for v in onnx.values() if isinstance(v, str)] if isinstance(onnx, dict) else []
         decoding = self.files.get("decoding", {})  # optional (parity_harness/_fixture/decoding.py)
         names += [v for v in decoding.values() if isinstance(v, str)] if isinstance(decoding, dict) else []
+        training = self.files.get("training", {})  # optional (parity_harness/_fixture/training_section.py)
+        names += [v for v in training.values() if isinstance(v, str)] if isinstance(training, dict) else []
         return names
 
 
