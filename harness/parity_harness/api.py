@@ -131,6 +131,7 @@ def run(
     precisions: PrecisionLike = "all",
     *,
     decoding: bool = True,
+    grad: bool = False,
     budget: bool = False,
     keep_outputs: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -143,7 +144,9 @@ def run(
 ) -> Report:
     """Run each backend (a registered name or an instance; None: every registered backend that runs by default)
     in each requested precision it computes in, through the boundary, and compare every tap; then, unless
-    `decoding` is False, check incremental decoding where the backend and the fixture support it.
+    `decoding` is False, check incremental decoding where the backend and the fixture support it; with `grad`, also
+    the backward (every gradient of every training case) and the training steps of every backend that has a
+    backward (docs/gradients.md; refused on a fixture without gradient goldens).
 
     Every rule that refuses a request or decides a verdict is applied below this call
     (parity_harness/_run/request.py), the same for `parity run` and the pytest plugin: a backend asked for by
@@ -170,7 +173,7 @@ def run(
         if on_plan is not None:
             guarded_callback("on_plan", on_plan)(checked)
         return execute(checked, progress=progress, keep_outputs=keep_outputs, decoding=decoding, budget=budget,
-                       keep_on_crash=keep_on_crash, jobs=jobs)
+                       keep_on_crash=keep_on_crash, jobs=jobs, grad=grad)
 
 
 def compare_dumps(
@@ -258,8 +261,10 @@ def assert_agrees(
     precision: PrecisionLike = "all",
     *,
     decoding: bool = True,
+    grad: bool = False,
 ) -> Report:
-    """Run `backend` (see `run`) and return the Report when every tap it was compared on agrees.
+    """Run `backend` (see `run`) and return the Report when every tap it was compared on agrees (with `grad`, every
+    gradient and training step too).
 
     Raises `ParityAssertionError` (an AssertionError) when any tap or decoding step disagrees, its
     message's first line naming the first diverging tap, the case, the index, both values, the mismatch
@@ -269,7 +274,7 @@ def assert_agrees(
     ran first and looked at the report itself.
     """
     __tracebackhide__ = True  # pytest: show the caller's line, not this one
-    report = backend if isinstance(backend, Report) else run(backend, fixture, precision, decoding=decoding)
+    report = backend if isinstance(backend, Report) else run(backend, fixture, precision, decoding=decoding, grad=grad)
     if not report:
         raise ParityAssertionError(failure_message(report), report)
     return report

@@ -100,20 +100,20 @@ class Parity:
         return self._fixture
 
     def assert_agrees(self, backend: BackendLike | Sequence[BackendLike] | Report, precision: PrecisionLike = "all", *,
-                      decoding: bool = True) -> Report:
+                      decoding: bool = True, grad: bool = False) -> Report:
         """`parity_harness.api.assert_agrees` on the session's fixture (a Report: that report judged)."""
         __tracebackhide__ = True
         from parity_harness import api
 
         fixture = self.fixture
         try:
-            return api.assert_agrees(backend, fixture, precision, decoding=decoding)
+            return api.assert_agrees(backend, fixture, precision, decoding=decoding, grad=grad)
         except api.ParityError as exc:
             error = exc
         _fail(error)  # outside the except: no "during handling of the above exception"
 
     def run(self, backends: BackendLike | Sequence[BackendLike], precisions: PrecisionLike = "all", *,
-            decoding: bool = True, budget: bool = False, keep_outputs: bool = False) -> Report:
+            decoding: bool = True, budget: bool = False, keep_outputs: bool = False, grad: bool = False) -> Report:
         """`parity_harness.api.run` on the session's fixture: a Report, truthy when it passes."""
         __tracebackhide__ = True
         from parity_harness import api
@@ -122,7 +122,7 @@ class Parity:
         fixture = self.fixture
         try:
             return run_backends(backends, fixture, precisions, decoding=decoding, budget=budget,
-                                keep_outputs=keep_outputs)
+                                keep_outputs=keep_outputs, grad=grad)
         except api.ParityError as exc:
             error = exc
         _fail(error)  # outside the except: no "during handling of the above exception"

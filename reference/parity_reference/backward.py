@@ -96,8 +96,11 @@ def batch_loss(params: Mapping[str, torch.Tensor], config: ModelConfig,
 
 
 def train_steps(weights: Mapping[str, Any], config: ModelConfig, batch: Sequence[Sequence[int]],
-                spec: TrainingSpec, precision: str) -> dict[str, np.ndarray]:
-    """`spec.steps` steps of the lesson's AdamW: per step the loss, the gradient norm, every parameter after."""
+                spec: TrainingSpec, precision: str, with_grads: bool = False) -> dict[str, np.ndarray]:
+    """`spec.steps` steps of the lesson's AdamW: per step the loss, the gradient norm, every parameter after.
+
+    `with_grads`: also each step's batch gradient of every parameter, `step{s}/{name}.grad` (what the goldens keep
+    for the judge: an element whose gradient is zero there moves by AdamW's rounding-driven step)."""
     params = _leaf_params(weights, precision)
     decay = [p for n, p in params.items() if spec.decays(n)]
     rest = [p for n, p in params.items() if not spec.decays(n)]
@@ -118,11 +121,14 @@ def train_steps(weights: Mapping[str, Any], config: ModelConfig, batch: Sequence
                 assert p.grad is not None
                 sq = sq + (p.grad * p.grad).sum()
             norm = torch.sqrt(sq)  # ()
+        grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None} if with_grads else {}
         opt.step()
         out[step_key(s, "loss")] = loss.detach().numpy().copy()
         out[step_key(s, "grad_norm")] = norm.numpy().copy()
         for name, p in params.items():
             out[step_key(s, name)] = p.detach().numpy().copy()
+            if with_grads:
+                out[step_key(s, grad_name(name))] = grads[name].numpy().copy()
     return out
 
 

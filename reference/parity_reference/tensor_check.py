@@ -1,9 +1,9 @@
 """The one check of a safetensors file's tensors against what is expected: names, dtypes, shapes, then values.
 
 Every reader of golden and weight tensors goes through it: the harness's goldens (in memory and read tensor by
-tensor from a checked header), its decoding goldens and its weights (parity_harness/_fixture/files.py turns the
-error into a `FixtureError`), the reference's `load_weights` (model.py, as `WeightsError`) and the Hugging Face
-import's two weight readers. A reader states what it expects as a table {name: `Expected`} and what the file
+tensor from a checked header), its decoding and gradient goldens and its weights (parity_harness/_fixture/files.py
+turns the error into a `FixtureError`), the reference's `load_weights` (model.py, as `WeightsError`) and the
+Hugging Face import's two weight readers. A reader states what it expects as a table {name: `Expected`} and what the file
 holds as {name: (dtype, shape)}, from a header (nothing read yet) or from arrays already read; `check_table`
 refuses a missing, unexpected, mistyped or mis-shaped tensor, and `check_values` refuses a NaN in a golden or a
 non-finite weight. Each refusal is one line naming the file and the tensor, the same from every reader.
@@ -48,6 +48,7 @@ class TensorKind:
 GOLDEN = TensorKind("golden tensor", finite=False)
 DECODING_GOLDEN = TensorKind("decoding golden tensor", finite=False)
 WEIGHTS = TensorKind("tensor", finite=True)
+TRAINING_GOLDEN = TensorKind("gradient golden tensor", finite=True)  # gradients, training steps: finite
 
 Found = Mapping[str, tuple[str, tuple[int, ...]]]  # what a file holds: {name: (dtype, shape)}
 SHOWN_EXTRA = 3  # unexpected tensors named in the message; the rest are counted
@@ -87,5 +88,5 @@ def _either(dtypes: tuple[str, ...]) -> str:
     return dtypes[0] if len(dtypes) == 1 else f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"
 
 
-__all__ = ["DECODING_GOLDEN", "GOLDEN", "WEIGHTS", "Expected", "Found", "TensorCheckError", "TensorKind",
-           "check_table", "check_values"]
+__all__ = ["DECODING_GOLDEN", "GOLDEN", "TRAINING_GOLDEN", "WEIGHTS", "Expected", "Found", "TensorCheckError",
+           "TensorKind", "check_table", "check_values"]

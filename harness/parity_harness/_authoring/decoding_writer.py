@@ -172,8 +172,9 @@ def add_decoding(root: Path, progress: Callable[[str], None] | None = None) -> N
         replace_directory(staging, root, owned)
 
 
-def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, str]) -> None:
-    """Add the `decoding` section, `files.decoding` and the files' sha256 to the manifest in `root`, and re-seal it.
+def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, str], key: str = "decoding") -> None:
+    """Add the `key` section (`decoding`, or `training`: _authoring/training_writer.py), `files.{key}` and the
+    files' sha256 to the manifest in `root`, and re-seal it.
 
     The new manifest is checked as a fixture (schema, hashes) before it replaces the old one,
     atomically (parity_harness/_core/safe_write.py).
@@ -184,8 +185,8 @@ def extend_manifest(root: Path, section: Mapping[str, Any], files: Mapping[str, 
     from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
 
     manifest = read_manifest(root / MANIFEST)
-    manifest["decoding"] = dict(section)
-    manifest["files"]["decoding"] = dict(files)
+    manifest[key] = dict(section)
+    manifest["files"][key] = dict(files)
     for name in files.values():
         manifest["sha256"][name] = sha256_file(root / name)
     manifest[SEAL_KEY] = manifest_digest(manifest)

@@ -137,6 +137,11 @@ def write_fixture(root: Path, weights: dict[str, np.ndarray], seed: int, steps: 
         copy_file(decode_onnx, root / ONNX_FILE)
         files["onnx"] = ONNX_FILE
     extend_manifest(root, section, files)
+    from parity_harness._authoring.training_writer import add_training, training_cases
+    from parity_reference.backward import lesson_spec
+
+    add_training(root, weights, config, cases, lesson_spec(training_cases(cases)),
+                 progress=lambda message: progress(f"parity export: {message}"))
 
 
 def train_weights(seed: int, steps: int, progress: Progress) -> dict[str, np.ndarray]:
@@ -178,6 +183,8 @@ def _manifest_without_hashes(path: Path) -> dict[str, Any]:
     manifest.get("provenance", {}).pop("training_platform", None)
     if isinstance(manifest.get("decoding"), dict):
         manifest["decoding"].pop("platform", None)  # compared by its own rule (check_goldens)
+    if isinstance(manifest.get("training"), dict):
+        manifest["training"].pop("platform", None)  # compared by its own rule (check_goldens)
     return manifest  # type: ignore[no-any-return]
 
 

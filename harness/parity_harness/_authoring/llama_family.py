@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from parity_harness._core.strict_json import load_json_object
 from parity_harness._fixture.fixture import Case
 from parity_reference.llama_config import TOY_LLAMA, LlamaConfig
 from parity_reference.llama_config import param_shapes as llama_param_shapes
+
+if TYPE_CHECKING:
+    from parity_reference.training import TrainingSpec
 
 
 def graph_constants(config: LlamaConfig) -> dict[str, Any]:
@@ -377,6 +380,7 @@ def write_toy_llama(root: Path, weights: Mapping[str, np.ndarray], seed: int, pr
     from parity_harness._authoring.decoding_writer import extend_manifest, family_forward, write_decoding_files
     from parity_harness._authoring.export import make_cases as toy_cases
     from parity_harness._authoring.fixture_writer import default_tolerances, write_fixture_files
+    from parity_harness._authoring.training_writer import add_training
     from parity_harness._fixture.platforms import current_platform
     from parity_reference.grammar import VOCAB
     from parity_reference.run import reference_taps
@@ -396,6 +400,17 @@ def write_toy_llama(root: Path, weights: Mapping[str, np.ndarray], seed: int, pr
     )
     section, files = write_decoding_files(root, weights, config, VOCAB, onnx=False, progress=progress, family="llama")
     extend_manifest(root, section, files)
+    add_training(root, weights, config, cases, training_spec(cases, config), progress=progress)
+
+
+def training_spec(cases: Sequence[Case], config: LlamaConfig) -> TrainingSpec:
+    """The Llama fixtures' training step (toy-llama's): the lesson's AdamW and schedule, a weight decay of 0.1 on
+    the matrices only (the RMSNorm gains excluded, as nanoGPT does)."""
+    from parity_harness._authoring.training_writer import one_dimensional, training_cases
+    from parity_reference.backward import lesson_spec
+
+    return lesson_spec(training_cases(cases), weight_decay=0.1,
+                       no_decay=one_dimensional(llama_param_shapes(config)))
 
 
 def export_toy_llama(root: Path, seed: int = 0, progress: Progress = print) -> None:

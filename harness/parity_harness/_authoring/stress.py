@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from parity_harness._fixture.fixture import Case, Fixture, load_fixture
 from parity_harness._fixture.tolerances import tap_magnitude
 from parity_reference.config import GPTConfig
 
+if TYPE_CHECKING:
+    from parity_reference.training import TrainingSpec
+
 PRESET = "toy-stress"
 OFFSET = 1000.0  # added to every entry of wte.weight
 Q_SCALE = 1000.0  # multiplies the q columns of every c_attn (weight and bias)
@@ -46,6 +49,7 @@ MLP_SCALE = 8.0  # multiplies every c_fc (weight and bias); the MLP's c_proj.wei
 # Tolerance = BUDGET_FACTOR x the golden's measured error: a float32 implementation may be as far from
 # the truth as the golden is, on the other side (2x), and another summation order or CPU gets 2x more.
 BUDGET_FACTOR = 4.0
+STRESS_DECAY = 0.1  # the training step's weight decay on the matrices (the lesson's is 0.0)
 PAIR_REPEATS = 8  # an adversarial candidate is a token pair (a, b) repeated to 2 * 8 = 16 tokens
 
 Progress = Callable[[str], None]
@@ -155,12 +159,24 @@ def stress_tolerances(budget: Mapping[str, Mapping[str, float]]) -> dict[str, An
     return tol
 
 
+def stress_training(cases: Sequence[Case], config: GPTConfig) -> TrainingSpec:
+    """The stress fixture's training step: the lesson's AdamW and schedule, with a weight decay of 0.1 on the
+    matrices only (gains and biases excluded, as nanoGPT does), so that a decay applied where it is excluded (or
+    the reverse) shows."""
+    from parity_harness._authoring.training_writer import one_dimensional, training_cases
+    from parity_reference.backward import lesson_spec
+    from parity_reference.config import param_shapes
+
+    return lesson_spec(training_cases(cases), weight_decay=STRESS_DECAY, no_decay=one_dimensional(param_shapes(config)))
+
+
 def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, progress: Progress = print) -> None:
     """Build the stress fixture from the toy at `toy_root` and write it to `root` (atomically: built beside
     it, checked, swapped in). `root` must be new, empty, or a stress fixture holding only its own files."""
     import torch
 
     from parity_harness._authoring.fixture_writer import owned_entries, write_fixture_files
+    from parity_harness._authoring.training_writer import add_training
     from parity_harness._authoring.truth import DIGITS, truth_taps
     from parity_harness._core.safe_write import replace_directory, staging_directory
     from parity_harness._fixture.platforms import current_platform
@@ -204,6 +220,7 @@ def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, pro
             },
             progress=say,
         )
+        add_training(staging, weights, config, cases, stress_training(cases, config), progress=say)
         load_fixture(staging)  # validate what was written before replacing anything
         replace_directory(staging, root, owned_entries(root, PRESET))
     say(f"wrote {root} in {time.perf_counter() - start:.1f} s")

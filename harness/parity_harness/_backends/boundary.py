@@ -2,7 +2,8 @@
 
 No command calls a backend's methods itself. `parity_harness._backends.registry.load_backend` (and `GuardedBackend.wrap`
 for the self-test's in-process backends) hands out a `GuardedBackend`, and every call into backend code,
-`run`, `run_cases`, `decode`, `supports_decoding`, `run_layer`, `supports_layers`,
+`run`, `run_cases`, `decode`, `supports_decoding`, `run_layer`, `supports_layers`, `grad`, `train`,
+`supports_grad`, `supports_training`, `supported_grads`,
 `declines`, `supported_taps`, `missing_dependencies`,
 goes through one of its methods. Every call:
 
@@ -41,6 +42,11 @@ The rules of the contract (docs/adding-a-backend.md states them for authors):
 - decoding: `decode` returns a dict with exactly the requests' names, each a dict of `"step{k}/{tap}"`
   keys of the request's steps and the decoding taps only, each a `numpy.ndarray`. A missing key is left to
   the comparison, as for the forward pass.
+
+- the backward (`parity run --grad`): `supports_grad`/`supports_training` bools; `supported_grads` the fixture's
+  gradient names without repeats; `grad` a dict with exactly the training cases, each a dict of "loss" and
+  declared gradients; `train` a dict of "step{s}/{name}" keys; every value a `numpy.ndarray`. A missing key is
+  left to the comparison.
 
 Arrays are copied as they cross the boundary, so a backend can neither change what is compared after
 it returned nor see it change. What this cannot stop (code in parity's process can call `os._exit(0)`)
@@ -227,6 +233,33 @@ def checked_decode_output(name: str, precision: Precision, output: object, reque
                 raise BackendMisbehaved(f"backend {name!r} ({precision}), prompt {req.name!r}, {key}: "
                                     f"returned {type(array).__name__}, expected numpy.ndarray")
             copied[req.name][key] = np.array(array, copy=True)
+    return copied
+
+
+def checked_keyed_output(name: str, what: str, output: object, groups: list[str],
+                         keys: set[str]) -> dict[str, dict[str, np.ndarray]]:
+    """{group: {key: array}} with exactly `groups`, keys among `keys`, plain ndarrays; copied. A missing key is left
+    to the comparison (a failed check), as a missing forward tap is."""
+    if not isinstance(output, dict):
+        raise BackendMisbehaved(f"backend {name!r}: {what} returned {type(output).__name__}, expected a dict")
+    given = dict(dict.items(output))
+    unknown = [g for g in given if g not in groups]
+    if unknown:
+        raise BackendMisbehaved(f"backend {name!r}: {what} returned an unknown case {one_line(repr(unknown[0]))[:80]}")
+    copied: dict[str, dict[str, np.ndarray]] = {}
+    for group in groups:
+        entries = given.get(group)
+        if not isinstance(entries, dict):
+            raise BackendMisbehaved(f"backend {name!r}: {what} returned no result for {group!r}")
+        copied[group] = {}
+        for key, array in dict.items(entries):
+            if key not in keys:
+                raise BackendMisbehaved(f"backend {name!r}: {what}, {group}: returned {one_line(repr(key))[:80]}, "
+                                        "not one of its declared names")
+            if type(array) is not np.ndarray:
+                raise BackendMisbehaved(f"backend {name!r}: {what}, {group}/{key}: returned {type(array).__name__}, "
+                                        "expected numpy.ndarray")
+            copied[group][key] = np.array(array, copy=True)
     return copied
 
 
@@ -452,6 +485,62 @@ class GuardedBackend:
         output = self._call(f"decode ({precision})", lambda: self._backend.decode(view, precision, list(asked)),
                             sum(1 + r.steps for r in asked))
         return checked_decode_output(self.name, precision, output, asked, fixture.model.decode_tap_names())
+
+    # -- the backward and the training step (parity run --grad) ---------------------------------
+
+    def _bool(self, what: str, fn: Callable[[], object]) -> bool:
+        answer = self._call(what, fn)
+        if type(answer) is not bool:
+            raise BackendMisbehaved(f"backend {self.name!r}: {what} returned {one_line(repr(answer))[:80]}, "
+                                    "expected True or False")
+        return answer
+
+    def has_backward(self, fixture: Fixture) -> bool:
+        """True when it computes the fixture's gradients (`supports_grad`); anything but a bool is BackendFailed."""
+        view = fixture.for_backend()
+        return self._bool("supports_grad", lambda: self._backend.supports_grad(view))
+
+    def trains(self, fixture: Fixture) -> bool:
+        """True when it runs the fixture's training steps (`supports_training`)."""
+        view = fixture.for_backend()
+        return self._bool("supports_training", lambda: self._backend.supports_training(view))
+
+    def grad_names(self, fixture: Fixture) -> list[str]:
+        """The gradients it declares (`supported_grads`): the fixture's, without repeats, in backward order."""
+        view = fixture.for_backend()
+        names = self._call("supported_grads", lambda: self._backend.supported_grads(view))
+        every = fixture.grad_names()
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BackendMisbehaved(f"backend {self.name!r}: supported_grads returned {one_line(repr(names))[:80]}, "
+                                    "expected a list of gradient names")
+        unknown = [n for n in names if n not in every]
+        if unknown:
+            raise BackendMisbehaved(f"backend {self.name!r}: supported_grads declares {one_line(unknown[0])!r}, not a "
+                                    "gradient of this fixture")
+        if len(set(names)) != len(names):
+            raise BackendMisbehaved(f"backend {self.name!r}: supported_grads repeats a name")
+        return [n for n in every if n in names]
+
+    def gradients(self, fixture: Fixture, precision: Precision, names: list[str]) -> dict[str, dict[str, np.ndarray]]:
+        """Every training case's loss and declared gradients: {case: {"loss" | name: array}}, checked and copied."""
+        self._check_precision(precision)
+        spec = fixture.training()
+        assert spec is not None
+        view = fixture.for_backend()
+        output = self._call(f"grad ({precision})", lambda: self._backend.grad(view, precision), len(spec.cases))
+        return checked_keyed_output(self.name, f"grad ({precision})", output, list(spec.cases), {"loss", *names})
+
+    def trained(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
+        """The training steps {"step{s}/{name}": array}, checked and copied."""
+        from parity_reference.training import train_names
+
+        self._check_precision(precision)
+        spec = fixture.training()
+        assert spec is not None
+        view = fixture.for_backend()
+        output = self._call(f"train ({precision})", lambda: self._backend.train(view, precision), spec.steps)
+        keys = set(train_names(spec, list(fixture.model.param_shapes())))
+        return checked_keyed_output(self.name, f"train ({precision})", {"train": output}, ["train"], keys)["train"]
 
     # -- one layer (parity attribute) -----------------------------------------------------------
 

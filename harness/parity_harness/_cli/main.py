@@ -68,7 +68,8 @@ def _run(args: argparse.Namespace) -> int:
         report = api.run(parse_names(args.backends), args.fixture, args.precision, no_skip=args.no_skip,
                          allow_loose_tolerances=args.allow_loose_tolerances, save_outputs=args.save_outputs,
                          progress=progress, on_plan=on_plan,
-                         budget=args.budget or args.json is not None, keep_on_crash=True, jobs=args.jobs)
+                         budget=args.budget or args.json is not None, keep_on_crash=True, jobs=args.jobs,
+                         grad=args.grad)
     finally:
         if progress is not None:
             progress.close()
@@ -297,6 +298,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         other = "--check" if args.check else "--from-hf" if args.from_hf else f"--preset {args.preset}"
         raise ParityError(f"--decoding-only adds the decoding goldens to a toy fixture; it does not combine "
                           f"with {other}")
+    if args.training_only and (args.from_hf or args.check or args.decoding_only):
+        other = "--check" if args.check else "--from-hf" if args.from_hf else "--decoding-only"
+        raise ParityError(f"--training-only adds the gradient goldens to an existing fixture; it does not combine "
+                          f"with {other}")
+    if args.training_only:  # any fixture parity wrote, whatever its preset: --fixture names it
+        args.preset = "toy"
     if args.preset == "toy-stress":
         if args.from_hf:
             raise ParityError("give --preset or --from-hf, not both")
@@ -325,6 +332,12 @@ def cmd_export(args: argparse.Namespace) -> int:
             if is_stress(load_fixture(fixture)):  # the toy's check is not the stress fixture's
                 raise ParityError(f"{fixture} was made by `parity export --preset {PRESET}`: pass --preset {PRESET}")
         return for_verdict(check_fixture(fixture, progress=_progress, retrain=not args.no_retrain))
+    if args.training_only:
+        from parity_harness._authoring.training_writer import add_training_to_fixture
+
+        add_training_to_fixture(fixture, progress=lambda m: _progress(f"parity export: {m}"))
+        _progress(f"parity export: added the gradient goldens to {fixture}")
+        return AGREE
     if args.decoding_only:
         from parity_harness._authoring.decoding_writer import add_decoding
         from parity_harness._authoring.fixture_writer import fixture_kind
@@ -499,6 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(fp32,fp64; the default)")
     run.add_argument("--no-skip", action="store_true",
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")
+    run.add_argument("--grad", action="store_true",
+                     help="also check the backward (every gradient of every training case, nearest the loss first) "
+                          "and the training steps, on every backend with a backward (docs/gradients.md)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     run.add_argument("--jobs", type=_jobs, default=None, metavar="N",
                      help="backends run at once: the main thread runs any, N-1 more threads those that declare "
@@ -601,6 +617,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--decoding-only", action="store_true",
                         help="add (or rewrite) only the decoding goldens and model.decode.onnx of an existing "
                              "fixture; no other file changes, nothing is retrained")
+    export.add_argument("--training-only", action="store_true",
+                        help="add (or rewrite) only the gradient goldens (the backward and the training step) of an "
+                             "existing fixture parity wrote; no other file changes, nothing is retrained")
     export.add_argument("--steps", type=int, default=4000, help="training steps (default: 4000)")
     export.add_argument("--seed", type=_seed, default=0,
                         help="training seed, or the preset's weights seed (default: 0; 0 to 2**63 - 1)")

@@ -22,6 +22,7 @@ from parity_harness._core.status import RunStatus, Verdict
 
 if TYPE_CHECKING:
     from parity_harness._compare.decoding import DecodingReport
+    from parity_harness._compare.gradients import GradReport
     from parity_harness._core.errors import ParityError
 
 
@@ -48,6 +49,8 @@ class Report:
     supported: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
     # The decoding check (parity_harness/_run/decode_check.py); None when no decoding was attempted (dumps, merges).
     decoding: DecodingReport | None = None
+    # The backward and training check (`parity run --grad`, parity_harness/_run/grad_check.py); None when not asked.
+    grad: GradReport | None = None
     # The error a backend stopped the run with (its run is listed with status CRASHED). Not written to JSON.
     crash: ParityError | None = field(default=None, repr=False)
     # The likely cause of each case's first failing tap, by (backend, precision, golden, case, tap)
@@ -87,6 +90,14 @@ class Report:
         return self.decoding.n_failed if self.decoding is not None else 0
 
     @property
+    def n_grad_failed(self) -> int:
+        return self.grad.n_failed if self.grad is not None else 0
+
+    def grad_uncompared(self) -> bool:
+        """True when the gradient check was asked for and compared nothing (no backend has a backward)."""
+        return self.grad is not None and self.grad.n_passed + self.grad.n_failed == 0
+
+    @property
     def n_failed(self) -> int:
         return sum(1 for r in self.results if r.passed is False)
 
@@ -101,8 +112,9 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return (self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0
-                and self.crashed is None and not self.named_uncompared() and not self.broken)
+        return (self.n_failed == 0 and self.n_passed > 0 and self.n_decoding_failed == 0 and self.n_grad_failed == 0
+                and self.crashed is None and not self.named_uncompared() and not self.broken
+                and not self.grad_uncompared())
 
     def named_uncompared(self) -> list[str]:
         """Backends asked for by name that compared no tap in any tier (declined, or every tap 'not supported')."""
@@ -111,6 +123,10 @@ class Report:
 
     def nothing_compared_reason(self) -> str:
         """Why the verdict is NOTHING_COMPARED, one line: the backends that compared nothing and what they said."""
+        if self.n_passed + self.n_failed and not self.named_uncompared() and self.grad_uncompared():
+            assert self.grad is not None
+            return (f"--grad: no backend run has a backward, so no gradient was compared (without one: "
+                    f"{', '.join(self.grad.not_supported) or 'none'})")
         idle = self.named_uncompared() if self.n_passed + self.n_failed else [r.backend for r in self.runs]
         why = [f"{r.backend} {r.precision}: {r.message}" for r in self.runs if r.backend in idle and r.message]
         names = ", ".join(dict.fromkeys(idle))
@@ -146,4 +162,6 @@ class Report:
             return Verdict.CRASHED
         if self.n_passed + self.n_failed == 0 or self.named_uncompared():
             return Verdict.NOTHING_COMPARED
-        return Verdict.DISAGREE if self.n_failed or self.n_decoding_failed else Verdict.AGREE
+        if self.n_failed or self.n_decoding_failed or self.n_grad_failed:
+            return Verdict.DISAGREE
+        return Verdict.NOTHING_COMPARED if self.grad_uncompared() else Verdict.AGREE

@@ -54,6 +54,7 @@ from parity_reference.tensor_check import GOLDEN, WEIGHTS, Expected
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding_section import Decoding
     from parity_harness._fixture.model_spec import ModelSpec
+    from parity_harness._fixture.training_section import TrainingSection
     from parity_reference.training import TrainingSpec
 
 LAZY_GOLDEN_BYTES = 64 << 20  # a golden file larger than this is read one case at a time (streaming)
@@ -265,25 +266,20 @@ class Fixture:
         return self._decoding
 
     def training(self) -> TrainingSpec | None:
-        """The optional training section (the backward's cases, the training step; _fixture/training_section.py),
-        checked; None if absent."""
-        return self._training_section()[0] if self._training_section() else None
+        """The optional training section's spec (the backward's cases, the training step;
+        _fixture/training_section.py), checked; None if absent."""
+        section = self.training_section()
+        return section.spec if section is not None else None
 
-    def grad_c(self) -> dict[str, float]:
-        """The gradient tolerances' c per tier (atol = c * eps * M); FixtureError without a training section."""
-        section = self._training_section()
-        if section is None:
-            raise FixtureError(f"{self.manifest_path}: the fixture has no training section (no gradient goldens)")
-        return section[1]
-
-    def _training_section(self) -> tuple[TrainingSpec, dict[str, float]] | None:
+    def training_section(self) -> TrainingSection | None:
+        """The whole training section (spec, c, measured units), checked; None if absent."""
         if not hasattr(self, "_training"):
             from parity_harness._fixture.training_section import check_no_decay, parse_training_section
 
             section = parse_training_section(self.manifest, self.files, {c.name: len(c.tokens) for c in self.cases},
                                              str(self.manifest_path))
             if section is not None:
-                check_no_decay(section[0], list(self.model.param_shapes()), str(self.manifest_path))
+                check_no_decay(section.spec, list(self.model.param_shapes()), str(self.manifest_path))
             self._training = section
         return self._training
 

@@ -4,18 +4,21 @@ A fixture may carry gradient goldens (optional and additive, like decoding's). T
 
     "training": {"loss": "next-token cross-entropy ...", "cases": [...], "steps": N, "lr": [...],
                  "betas": [b1, b2], "eps": e, "weight_decay": w, "no_decay": [...],
-                 "c": {"fp32": c32, "fp64": c64}, "platform": {...}}
+                 "c": {"fp32": c32, "fp64": c64}, "units": {name: u}, "platform": {...}}
     "files": {..., "training": {"fp32": "golden.grad.fp32.safetensors", "fp64": "golden.grad.fp64.safetensors"}}
 
 parity_reference/training.py defines the loss, the gradients, their order and the step; the golden
 files hold `cases/{case}/{name}` (each case's "loss" and every gradient) and `train/step{s}/{name}`.
-`c` is the gradient tolerances' constant per tier (atol = c * eps * M, _compare/grad_judge.py), bounded
-by `C_CEILING` (docs/tolerances.md, "Gradients").
+`c` is the gradient tolerances' constant per tier (atol = c * eps * M, _compare/gradients.py), when not the
+default, bounded by `C_CEILING`; `units` the measured error of the reference's float32 backward, in eps32 * M,
+of the gradients and training records where BUDGET_FACTOR times it exceeds c: their c is raised to that, at most
+`UNITS_CEILING` (docs/tolerances.md, "Gradients").
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parity_harness._core.errors import FixtureError
@@ -30,6 +33,17 @@ GOLDEN_FILES = {"fp32": "golden.grad.fp32.safetensors", "fp64": "golden.grad.fp6
 DEFAULT_C = {"fp32": 64.0, "fp64": 512.0}
 C_CEILING = {"fp32": 1024.0, "fp64": 8192.0}
 MAX_STEPS = 100
+BUDGET_FACTOR = 4.0  # a measured error's margin: c of a name is at least this times its measured units
+UNITS_CEILING = 1e6  # BUDGET_FACTOR x units at most 4e6: fp32 atol <= 0.48 M, fp64 <= 9e-10 M
+
+
+@dataclass(frozen=True)
+class TrainingSection:
+    """The manifest's training section: the spec, c per tier, and the measured units by name."""
+
+    spec: TrainingSpec
+    c: dict[str, float]
+    units: dict[str, float]
 
 
 def _number(x: object) -> bool:
@@ -37,9 +51,8 @@ def _number(x: object) -> bool:
 
 
 def parse_training_section(manifest: Mapping[str, Any], files: Mapping[str, Any],
-                           case_lengths: Mapping[str, int], manifest_path: str
-                           ) -> tuple[TrainingSpec, dict[str, float]] | None:
-    """The `training` section checked as data: (the spec, c per tier); None when the fixture has none."""
+                           case_lengths: Mapping[str, int], manifest_path: str) -> TrainingSection | None:
+    """The `training` section checked as data; None when the fixture has none."""
     raw, names = manifest.get("training"), files.get("training")
     if raw is None and names is None:
         return None
@@ -83,9 +96,16 @@ def parse_training_section(manifest: Mapping[str, Any], files: Mapping[str, Any]
     for t in TIERS:
         if c[t] > C_CEILING[t]:
             raise fail(f"c.{t} = {c[t]} is beyond the ceiling {C_CEILING[t]} (docs/tolerances.md, 'Gradients')")
+    units = raw.get("units", {})
+    if not isinstance(units, dict) or not all(isinstance(k, str) and _number(v) and v >= 0 for k, v in units.items()):
+        raise fail("units must map names to non-negative numbers")
+    for key, u in units.items():
+        if u > UNITS_CEILING:
+            raise fail(f"units of {key!r} = {u} is beyond the ceiling {UNITS_CEILING:g} (docs/tolerances.md, "
+                       "'Gradients')")
     spec = TrainingSpec(steps, tuple(float(x) for x in lr), (float(betas[0]), float(betas[1])), float(eps),  # type: ignore[arg-type]
                         float(decay), tuple(no_decay), tuple(cases))  # type: ignore[arg-type]
-    return spec, {t: float(c[t]) for t in TIERS}
+    return TrainingSection(spec, {t: float(c[t]) for t in TIERS}, {k: float(v) for k, v in units.items()})
 
 
 def check_no_decay(spec: TrainingSpec, params: Sequence[str], manifest_path: str) -> None:
@@ -94,4 +114,5 @@ def check_no_decay(spec: TrainingSpec, params: Sequence[str], manifest_path: str
         raise FixtureError(f"{manifest_path}: training: no_decay names {unknown[0]!r}, not a parameter of the model")
 
 
-__all__ = ["C_CEILING", "DEFAULT_C", "GOLDEN_FILES", "check_no_decay", "parse_training_section"]
+__all__ = ["BUDGET_FACTOR", "C_CEILING", "DEFAULT_C", "GOLDEN_FILES", "UNITS_CEILING", "TrainingSection",
+           "check_no_decay", "parse_training_section"]

@@ -287,24 +287,34 @@ def _check_dumps(directory: object, backends: list[GuardedBackend], precisions: 
     return Path(directory)
 
 
+def check_grad(fixture: Fixture) -> None:
+    """The gradient check needs gradient goldens: ParityError (exit 2) naming the fixture when it has none."""
+    if fixture.training() is None:
+        raise ParityError(f"--grad: {fixture.manifest_path} has no gradient goldens (no 'training' section); add them "
+                          f"with `parity export --training-only --fixture {fixture.root}`")
+
+
 def execute(plan: RunPlan, *, progress: object = None, keep_outputs: bool = False, decoding: bool = True,
-            budget: bool = False, keep_on_crash: bool = False, jobs: object = None) -> Report:
+            budget: bool = False, keep_on_crash: bool = False, jobs: object = None, grad: bool = False) -> Report:
     """Run a plan and judge it: the Report, whose `verdict` the CLI maps to an exit code.
 
     A crash before any backend ran is raised (nothing to report); with `keep_on_crash` a later one is kept in
     the report (`report.crash`, verdict CRASHED). The dumps of `plan.save_outputs` are written after a run
-    that did not crash.
+    that did not crash. `grad`: also the backward and the training steps (refused, before any work, on a fixture
+    without gradient goldens).
     """
     for name, value in (("keep_outputs", keep_outputs), ("decoding", decoding), ("budget", budget),
-                        ("keep_on_crash", keep_on_crash)):
+                        ("keep_on_crash", keep_on_crash), ("grad", grad)):
         check_flag(name, value)
+    if grad:
+        check_grad(plan.fixture)
     lanes = check_jobs(jobs)
     say = guarded_progress(progress)
     from parity_harness._run.runner import run_parity
 
     report = run_parity(plan.fixture, list(plan.backends), list(plan.precisions), progress=say,
                         keep_outputs=keep_outputs or plan.save_outputs is not None, decoding=decoding,
-                        budget=budget, keep_on_crash=keep_on_crash, jobs=lanes)
+                        budget=budget, keep_on_crash=keep_on_crash, jobs=lanes, grad=grad)
     report.skipped = list(plan.skipped)
     report.broken = list(plan.broken)
     report.named = [b.name for b in plan.backends] if plan.named else []

@@ -86,6 +86,7 @@ def run_parity(
     budget: bool = True,
     keep_on_crash: bool = False,
     jobs: int | None = None,
+    grad: bool = False,
 ) -> Report:
     """Run every backend in every requested precision it supports, and compare.
 
@@ -105,7 +106,8 @@ def run_parity(
     backend x precision, and one per case for a backend that streams (`run_cases`).
 
     Then, unless `decoding` is False, the decoding check of every backend that supports it
-    (parity_harness/_run/decode_check.py), when the fixture has decoding goldens.
+    (parity_harness/_run/decode_check.py), when the fixture has decoding goldens; and with `grad`, the backward
+    and the training steps of every backend that has them (parity_harness/_run/grad_check.py).
     """
     from parity_harness._run.lanes import lanes_for, run_in_lanes
 
@@ -140,6 +142,10 @@ def run_parity(
         from parity_harness._run.decode_check import run_decoding
 
         report.decoding = run_decoding(fixture, guards, wanted, say)
+    if grad and report.crash is None:
+        from parity_harness._run.grad_check import run_gradients
+
+        report.grad = run_gradients(fixture, guards, wanted, say)
     finish_report(report, fixture)
     return report
 

@@ -1,0 +1,126 @@
+"""The gradient goldens: every training case's backward and the training steps, by the reference's autograd.
+
+`write_training_files` computes them with parity_reference/backward.py in float32 and in float64 (the
+float32 weights upcast) and writes one file per tier (_fixture/training.py says what it holds);
+`training_section` is the manifest's `training` section for a spec. `add_training` extends an existing
+fixture's manifest with both, re-sealed (through the same `extend_manifest` decoding uses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from parity_harness._core.precision import DTYPES, TIERS
+from parity_harness._fixture.training import CASES, TRAIN
+from parity_harness._fixture.training_section import GOLDEN_FILES
+from parity_reference.training import TrainingSpec, predicted_cells
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.manifest import Case
+    from parity_reference.families import ModelConfig
+
+LOSS = ("the mean next-token cross-entropy over a case's T - 1 predicted cells; a batch: one mean over all its "
+        "cells (parity_reference/training.py)")
+
+
+def training_cases(cases: Sequence[Case]) -> list[str]:
+    """The cases with a loss: every case of two tokens or more, in the fixture's order."""
+    return [c.name for c in cases if predicted_cells(len(c.tokens)) >= 1]
+
+
+def one_dimensional(param_shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    """The gains and biases (every parameter of fewer than two axes): what nanoGPT's AdamW does not decay."""
+    return [name for name, shape in param_shapes.items() if len(shape) < 2]
+
+
+def training_section(spec: TrainingSpec) -> dict[str, Any]:
+    from parity_harness._fixture.platforms import current_platform
+
+    return {"loss": LOSS, **spec.to_dict(), "platform": current_platform()}
+
+
+def write_training_files(root: Path, weights: Mapping[str, np.ndarray], config: ModelConfig,
+                         cases: Sequence[Case], spec: TrainingSpec,
+                         progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Write both tiers' gradient goldens into `root`; returns (the manifest's section, files.training)."""
+    from parity_harness._authoring.fixture_writer import save_tensors
+    from parity_reference.backward import case_gradients, train_steps
+
+    say = progress or (lambda _message: None)
+    by_name = {c.name: c for c in cases}
+    batch = [list(by_name[name].tokens) for name in spec.cases]
+    for precision in TIERS:
+        say(f"gradient goldens {precision}: {len(spec.cases)} cases, {spec.steps} training steps")
+        dtype = DTYPES[precision]
+        tensors: dict[str, np.ndarray] = {}
+        for name in spec.cases:
+            for key, value in case_gradients(weights, config, by_name[name].tokens, precision).items():
+                tensors[f"{CASES}{name}/{key}"] = np.array(value, dtype=dtype, order="C")  # keeps a 0-d loss 0-d
+        for key, value in train_steps(weights, config, batch, spec, precision, with_grads=True).items():
+            tensors[TRAIN + key] = np.array(value, dtype=dtype, order="C")  # (np.ascontiguousarray would not)
+        save_tensors(tensors, root / GOLDEN_FILES[precision])
+    return training_section(spec), dict(GOLDEN_FILES)
+
+
+def add_training(root: Path, weights: Mapping[str, np.ndarray], config: ModelConfig, cases: Sequence[Case],
+                 spec: TrainingSpec, progress: Callable[[str], None] | None = None) -> None:
+    """Write the gradient goldens into the fixture being written at `root` and add them to its manifest."""
+    from parity_harness._authoring.decoding_writer import extend_manifest
+    from parity_harness._compare.gradients import measure_units
+    from parity_harness._fixture.fixture import load_fixture
+
+    section, files = write_training_files(root, weights, config, cases, spec, progress)
+    extend_manifest(root, section, files, key="training")
+    units = measure_units(load_fixture(root))  # the reference's float32 error, where it exceeds the default c
+    if units:
+        extend_manifest(root, {**section, "units": units}, files, key="training")
+
+
+def spec_for_kind(kind: str | None, cases: Sequence[Case], config: ModelConfig) -> TrainingSpec:
+    """The training step parity writes for a fixture of `kind` (`fixture_kind`): the lesson's AdamW on the toy and
+    the presets (weight decay 0.0, as train_tiny.py), a decay of 0.1 on the matrices for toy-stress and toy-llama."""
+    from parity_reference.backward import lesson_spec
+    from parity_reference.families import family_of
+
+    if kind == "toy-stress":
+        from parity_harness._authoring.stress import stress_training
+
+        return stress_training(cases, config)  # type: ignore[arg-type]
+    authoring = family_of(config).module("authoring")
+    if hasattr(authoring, "training_spec") and kind is not None and kind != "toy":
+        return authoring.training_spec(cases, config)  # type: ignore[no-any-return]
+    return lesson_spec(training_cases(cases))
+
+
+def add_training_to_fixture(root: Path, progress: Callable[[str], None] | None = None) -> None:
+    """`parity export --training-only`: add (or rewrite) the gradient goldens of an existing fixture parity wrote; no
+    other file changes, nothing is retrained. The fixture is copied beside itself, the goldens and the manifest's
+    `training` section written into the copy, the copy loaded and checked, and only then swapped in."""
+    from parity_harness._authoring.fixture_writer import copy_file, fixture_kind, owned_entries
+    from parity_harness._core.errors import ParityError
+    from parity_harness._core.safe_write import replace_directory, staging_directory
+    from parity_harness._fixture.fixture import load_fixture
+
+    fixture = load_fixture(root)
+    kind = fixture_kind(fixture.manifest)
+    if kind is None:
+        raise ParityError(f"--training-only --fixture {root}: not a fixture made by `parity export` (nothing was "
+                          "changed)")
+    owned = owned_entries(root, kind)
+    weights = fixture.weights()
+    spec = spec_for_kind(kind, fixture.cases, fixture.model.config)
+    with staging_directory(root) as staging:
+        for name in sorted(owned):
+            if name not in GOLDEN_FILES.values():
+                copy_file(root / name, staging / name)
+        add_training(staging, weights, fixture.model.config, fixture.cases, spec, progress)
+        load_fixture(staging).training()  # validate what was written before replacing anything
+        replace_directory(staging, root, owned)
+
+
+__all__ = ["LOSS", "add_training", "add_training_to_fixture", "one_dimensional", "spec_for_kind", "training_cases",
+           "training_section", "write_training_files"]

@@ -1,0 +1,75 @@
+"""The gradient check of `parity run --grad`: every backend's backward and training steps against the goldens.
+
+For every backend that has a backward (`Backend.supports_grad`), in fp32 and fp64 where it computes them, in
+every tier that precision is judged in (as the forward taps: fp32 against the fp32 golden, fp64 against both):
+each training case's loss and gradients, then (`supports_training`) each training step's loss, gradient norm
+and parameters, judged by parity_harness/_compare/gradients.py. A fixture without gradient goldens is an
+error here: the request layer refuses `--grad` on it before any backend runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from parity_harness._backends.base import Precision
+from parity_harness._backends.boundary import AnyBackend, guarded
+from parity_harness._compare.gradients import (
+    GradReport,
+    GradRun,
+    backward_order,
+    grad_tolerances,
+    judge_backward,
+    judge_training,
+    train_order,
+)
+from parity_harness._core.precision import is_reduced, tiers_for
+from parity_harness._fixture.training import golden_training
+
+if TYPE_CHECKING:
+    from parity_harness._fixture.fixture import Fixture
+
+Progress = Callable[[str], None]
+
+
+def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: list[Precision],
+                  progress: Progress | None = None) -> GradReport:
+    """Run every backend's backward and training steps in every wanted precision it computes in; judge them."""
+    say = progress or (lambda _msg: None)
+    spec = fixture.training()
+    if spec is None:
+        return GradReport(available=False)
+    report = GradReport(True, list(spec.cases), backward_order(fixture), spec.steps, train_order(fixture),
+                        spec=spec)
+    goldens = {p: golden_training(fixture, p) for p in ("fp32", "fp64")}
+    tol = grad_tolerances(fixture, *goldens["fp64"])
+    train64 = goldens["fp64"][1]
+    for backend in [guarded(b) for b in backends]:
+        if backend.declined(fixture) or not backend.has_backward(fixture):
+            report.not_supported.append(backend.name)
+            continue
+        names = backend.grad_names(fixture)
+        trains = backend.trains(fixture)
+        if not trains:
+            report.not_training.append(backend.name)
+        for precision in precisions:
+            if precision not in backend.precisions or is_reduced(precision):  # the backward: fp32 and fp64
+                continue
+            say(f"parity: the backward of {backend.name} ({precision}) ...")
+            start = time.perf_counter()
+            grads = backend.gradients(fixture, precision, names)
+            train = backend.trained(fixture, precision) if trains else None
+            report.runs.append(GradRun(backend.name, precision, time.perf_counter() - start))
+            for tier in tiers_for(precision):
+                grad_golden, train_golden = goldens[tier]
+                report.checks += judge_backward(fixture, backend.name, precision, tier, grads, grad_golden, names,
+                                                tol)
+                if train is not None:
+                    report.train_checks += judge_training(fixture, backend.name, precision, tier, train,
+                                                          train_golden, train64, tol)
+    report.fold()
+    return report
+
+
+__all__ = ["run_gradients"]
