@@ -5,6 +5,11 @@ under "{case}/{tap}", one file per case (OUT.safetensors.{i}); this class starts
 directory and reads the files back one case at a time (`run_cases`), deleting each once read.
 Which Node, and the settings (`PARITY_NODE`, `PARITY_TS_DIR`, `PARITY_NODE_TIMEOUT`):
 parity_harness/_backends/node/runtime.py.
+
+The backward and the training step (GPT-2 family, fp64 only, like the forward): `grad` and `train` each start
+`node ts_model/node/run-grad.ts FIXTURE_DIR OUT.safetensors --spec SPEC.json --grad|--train` once, the spec
+being `fixture.training()` as JSON (so Node never reads another spec than the one the harness checked), and
+read back "{case}/loss", "{case}/{name}.grad" (ts_model/model/backward.ts) or "train/step{s}/{name}".
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from parity_harness._core.settings import count_from_env
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.training import TrainingSpec
 
 
 # Threads for the matrix products from 1 M parameters on (ts_model/node/threads.ts; default: the machine's
@@ -122,3 +128,67 @@ class TypeScriptBackend(Backend):
             if name in out:
                 out[name][rest] = value
         return out
+
+    def supports_grad(self, fixture: Fixture) -> bool:
+        """With ts_model/node/run-grad.ts (backward.ts, by hand, float64): the GPT-2 family, the one model.ts is."""
+        return fixture.family == "gpt2" and ts_script("run-grad.ts").is_file()
+
+    def grad(self, fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
+        """Each training case's loss and every gradient: {case: {"loss": [], "{name}.grad": array}}, float64."""
+        spec = self._training_spec(fixture, precision)
+        out: dict[str, dict[str, np.ndarray]] = {name: {} for name in spec.cases}
+        for key, value in self._run_grad(fixture, spec, "--grad").items():
+            case, _, name = key.partition("/")
+            if case not in out:
+                raise BackendFailed(f"typescript: run-grad.ts wrote {key!r}, not a key of a training case")
+            out[case][name] = value
+        for case, grads in out.items():
+            missing = [n for n in ("loss", *fixture.grad_names()) if n not in grads]
+            if missing:
+                raise BackendFailed(f"typescript: run-grad.ts wrote no {missing[0]!r} for case {case!r}")
+        return out
+
+    def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
+        """The training steps: {"step{s}/loss": [], "step{s}/grad_norm": [], "step{s}/{param}": array}, float64."""
+        from parity_reference.training import train_names
+
+        spec = self._training_spec(fixture, precision)
+        out: dict[str, np.ndarray] = {}
+        for key, value in self._run_grad(fixture, spec, "--train").items():
+            if not key.startswith("train/"):
+                raise BackendFailed(f"typescript: run-grad.ts wrote {key!r}, not a training step's key")
+            out[key.removeprefix("train/")] = value
+        missing = [k for k in train_names(spec, list(fixture.model.param_shapes())) if k not in out]
+        if missing:
+            raise BackendFailed(f"typescript: run-grad.ts wrote no {missing[0]!r}")
+        return out
+
+    @staticmethod
+    def _training_spec(fixture: Fixture, precision: Precision) -> TrainingSpec:
+        if precision != "fp64":
+            raise BackendFailed(f"typescript computes in float64 only, not {precision}")
+        spec = fixture.training()
+        if spec is None:
+            raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
+        return spec
+
+    @staticmethod
+    def _run_grad(fixture: Fixture, spec: TrainingSpec, what: str) -> dict[str, np.ndarray]:
+        """`node run-grad.ts FIXTURE OUT.safetensors --spec SPEC.json WHAT` once, its output read back."""
+        import json
+
+        from parity_harness._fixture.fixture import read_safetensors
+
+        node, script = find_node(), ts_script("run-grad.ts")
+        if not script.is_file():
+            raise BackendUnavailable(f"{script}: not found (set PARITY_TS_DIR to a directory holding node/run-grad.ts)")
+        with tempfile.TemporaryDirectory(prefix="parity-ts-") as tmp:
+            spec_path, out_path = Path(tmp) / "training.json", Path(tmp) / "grad.safetensors"
+            spec_path.write_text(json.dumps(spec.to_dict()))
+            args = [node, str(script.resolve()), str(fixture.root.resolve()), str(out_path), "--spec", str(spec_path),
+                    what]
+            stderr = run_node(args, tmp, timeout_seconds(fixture), script)
+            try:
+                return read_safetensors(out_path)
+            except FixtureError as exc:
+                raise BackendFailed(f"typescript: unreadable run-grad.ts output ({last_line(stderr)}): {exc}") from None
