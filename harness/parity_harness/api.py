@@ -304,6 +304,16 @@ def failure_message(report: Report) -> str:
         lines += [divergence_paragraph(d) for d in ranked]
     if report.decoding is not None and report.decoding.n_failed:
         lines += _decoding_lines(report, headline=not lines)
+    if report.grad is not None and (report.grad.n_failed or report.grad_uncompared()):
+        from parity_harness._views.gradients import divergence_paragraph as grad_paragraph
+        from parity_harness._views.gradients import grad_verdict
+
+        if report.grad.n_failed:
+            lines.append(grad_verdict(report.grad))
+            lines += [grad_paragraph(d, report.grad) for d in (*report.grad.divergences,
+                                                              *report.grad.train_divergences)]
+        else:
+            lines.append(report.nothing_compared_reason())
     if report.broken:  # registered plugins that failed to load: the others ran, never a pass
         lines.append(f"{len(report.broken)} registered plugin(s) broken, not run: {'; '.join(report.broken)}")
     verdict = verdict_line(report)

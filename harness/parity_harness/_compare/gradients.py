@@ -246,10 +246,16 @@ class GradReport:
     not_supported: list[str] = field(default_factory=list)  # backends without a backward
     not_training: list[str] = field(default_factory=list)  # backends with a backward but no training step
     spec: TrainingSpec | None = None
+    c: dict[str, float] = field(default_factory=dict)  # the tolerance's c per tier
+    n_budgeted: int = 0  # names whose c is raised by a measured budget (the manifest's `units`)
 
     def fold(self) -> None:
         self.summaries, self.divergences = fold(self.checks, self.names)
         self.train_summaries, self.train_divergences = fold(self.train_checks, self.train_names)
+
+    @property
+    def param_names(self) -> set[str]:
+        return set(self.train_names[2:])
 
     @property
     def n_failed(self) -> int:

@@ -4,7 +4,8 @@
 JSON, JUnit, Markdown, plot) renders the tree it returns and regroups nothing. A tier's first divergence sits at
 the tap it names (`TapNode.root`), and every other failing tap of that tier points at it (`TapNode.after`): a
 consequence downstream of the root, which JUnit and the terminal say instead of repeating the failure. The
-decoding check, when the run made one, is the same tree under `ReportTree.decoding`. Nodes are frozen
+decoding check, when the run made one, is the same tree under `ReportTree.decoding`, and the gradient check
+(`parity run --grad`) under `ReportTree.grad`. Nodes are frozen
 dataclasses holding tuples: a view cannot change what another view renders.
 """
 
@@ -19,6 +20,7 @@ from parity_harness._core.status import RunStatus, Verdict
 
 if TYPE_CHECKING:
     from parity_harness._compare.decoding import DecodingReport, GreedyCheck
+    from parity_harness._compare.gradients import GradReport
 
 
 @dataclass
@@ -41,6 +43,7 @@ class FinishedReport(Protocol):
     divergences: list[FirstDivergence]
     runs: list[BackendRun]
     decoding: DecodingReport | None
+    grad: GradReport | None
 
     @property
     def verdict(self) -> Verdict: ...
@@ -139,6 +142,20 @@ class DecodingNode:
 
 
 @dataclass(frozen=True)
+class GradNode:
+    """The gradient check as a tree: the backward's tiers (gradient names in backward order, checked per training
+    case), then the training step's tiers (each step's records, by step)."""
+
+    source: GradReport
+    tiers: tuple[TierNode, ...]
+    train_tiers: tuple[TierNode, ...]
+
+    @property
+    def divergences(self) -> tuple[FirstDivergence, ...]:
+        return tuple(t.divergence for t in (*self.tiers, *self.train_tiers) if t.divergence is not None)
+
+
+@dataclass(frozen=True)
 class ReportTree:
     """A finished run: its forward tiers, its decoding tiers, its runs and verdict. Built by `build_tree`."""
 
@@ -147,23 +164,27 @@ class ReportTree:
     tiers: tuple[TierNode, ...]
     decoding: DecodingNode | None
     runs: tuple[BackendRun, ...]
+    grad: GradNode | None = None
 
     @property
     def divergences(self) -> tuple[FirstDivergence, ...]:
-        """Every first divergence, forward tiers first, then decoding, in run order."""
+        """Every first divergence, forward tiers first, then decoding, then the backward and training, in run order."""
         forward = tuple(t.divergence for t in self.tiers if t.divergence is not None)
-        return forward + (self.decoding.divergences if self.decoding is not None else ())
+        return (forward + (self.decoding.divergences if self.decoding is not None else ())
+                + (self.grad.divergences if self.grad is not None else ()))
 
     @property
     def first(self) -> FirstDivergence | None:
         """The first divergence the verdict names: the earliest tap over the forward tiers (the first tier's on a
-        tie), else the first decoding divergence."""
+        tie), else the first decoding divergence, else the first of the backward and training."""
         forward = [t for t in self.tiers if t.divergence is not None]
         if forward:
             order = {tap.tap: i for tier in self.tiers for i, tap in enumerate(tier.taps)}
             best = min(forward, key=lambda t: order.get(t.divergence.tap, 0) if t.divergence else 0)
             return best.divergence
-        return self.decoding.divergences[0] if self.decoding is not None and self.decoding.divergences else None
+        if self.decoding is not None and self.decoding.divergences:
+            return self.decoding.divergences[0]
+        return self.grad.divergences[0] if self.grad is not None and self.grad.divergences else None
 
 
 def _tiers(summaries: list[TapSummary], checks: list[CheckResult], divergences: list[FirstDivergence],
@@ -199,6 +220,12 @@ def _decoding(dec: DecodingReport) -> DecodingNode:
                         tuple(GreedyNode(b, p, tuple(rows)) for (b, p), rows in greedy.items()))
 
 
+def _grad(grad: GradReport) -> GradNode:
+    seconds = {(r.backend, r.precision): r.seconds for r in grad.runs}
+    return GradNode(grad, _tiers(grad.summaries, grad.checks, grad.divergences, seconds),
+                    _tiers(grad.train_summaries, grad.train_checks, grad.train_divergences, {}))
+
+
 def build_tree(report: FinishedReport) -> ReportTree:
     """The report's tree (see the module docstring). Called once per Report, by `Report.tree`."""
     seconds = {(r.backend, r.precision): r.seconds for r in report.runs if r.status == RunStatus.RAN}
@@ -208,4 +235,5 @@ def build_tree(report: FinishedReport) -> ReportTree:
         tiers=_tiers(report.summaries, report.results, report.divergences, seconds),
         decoding=_decoding(report.decoding) if report.decoding is not None else None,
         runs=tuple(report.runs),
+        grad=_grad(report.grad) if report.grad is not None else None,
     )

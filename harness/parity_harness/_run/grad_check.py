@@ -40,8 +40,10 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
     spec = fixture.training()
     if spec is None:
         return GradReport(available=False)
+    section = fixture.training_section()
+    assert section is not None
     report = GradReport(True, list(spec.cases), backward_order(fixture), spec.steps, train_order(fixture),
-                        spec=spec)
+                        spec=spec, c=dict(section.c), n_budgeted=len(section.units))
     goldens = {p: golden_training(fixture, p) for p in ("fp32", "fp64")}
     tol = grad_tolerances(fixture, *goldens["fp64"])
     train64 = goldens["fp64"][1]
@@ -69,7 +71,21 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
                     report.train_checks += judge_training(fixture, backend.name, precision, tier, train,
                                                           train_golden, train64, tol)
     report.fold()
+    _locate(fixture, report)
     return report
+
+
+def _locate(fixture: Fixture, report: GradReport) -> None:
+    """Name each backward divergence's worst cell by the axes of the tap whose gradient it is, with the words."""
+    from parity_harness._compare.judge import name_index
+    from parity_reference.training import GRAD_SUFFIX
+
+    for d in report.divergences:
+        base = d.tap.removesuffix(GRAD_SUFFIX)
+        if d.index is None or base not in fixture.tap_names:
+            continue
+        d.location, d.axes = name_index(fixture.model.axis_names(base), d.index, fixture.case(d.case).tokens,
+                                        list(fixture.vocab))
 
 
 __all__ = ["run_gradients"]

@@ -278,6 +278,12 @@ def print_report(report: Report, out: TextIO, verbose: int | bool = 0, budget: b
     else:
         for line in overview_lines(report):
             _emit(out, line)
+    if tree.grad is not None:  # asked for (--grad): always shown
+        from parity_harness._views.gradients import grad_lines
+
+        _emit(out)
+        for line in grad_lines(tree.grad):
+            _emit(out, line)
     for note in report.restarts:  # an infrastructure flake the run recovered from: said, never hidden
         _emit(out, f"restarted: {note}")
     if budget:
@@ -317,6 +323,10 @@ def divergence_lines(report: Report) -> list[str]:
     if tree.decoding is not None:
         dec = tree.decoding.source
         lines += [decoding_paragraph(d, dec.sequences.get(d.case, []), dec.vocab) for d in tree.decoding.divergences]
+    if tree.grad is not None:
+        from parity_harness._views.gradients import divergence_paragraph as grad_paragraph
+
+        lines += [grad_paragraph(d, tree.grad.source) for d in tree.grad.divergences]
     lines += [divergence_paragraph(t.divergence) for t in tree.tiers if t.divergence is not None]
     return lines
 
@@ -383,6 +393,7 @@ def fixture_text(report: Report) -> str:
 def verdict_line(report: Report) -> str:
     """The last line: PASS, FAIL or ERROR, naming the fixture and, on a disagreement, the first diverging tap."""
     from parity_harness._views.decoding import decoding_verdict
+    from parity_harness._views.gradients import grad_counts, grad_verdict
     from parity_harness._views.overview import first_tap_text
 
     n_ns = sum(1 for r in report.results if r.status == NOT_SUPPORTED)
@@ -401,22 +412,28 @@ def verdict_line(report: Report) -> str:
     if report.named_uncompared():  # the Report's verdict (NOTHING_COMPARED), never a PASS line
         return f"ERROR: {report.nothing_compared_reason()}; {counts} (tap x case checks){fixture}"
     decoding = decoding_verdict(report.decoding)
-    first = first_tap_text(report)
+    gradients = grad_verdict(report.grad)
+    extra = "".join(f"; {part}" for part in (decoding, gradients) if part)
+    first = first_tap_text(report) if report.n_failed or decoding else ""  # the backward's is in `gradients`
+    gcounts = f"; {grad_counts(report.grad)}" if report.grad is not None else ""
     if report.n_failed:
         names = ", ".join(sorted({f"{d.backend} {tier_label(d.precision, d.golden)}" for d in report.divergences}))
-        return (f"FAIL: disagreement in {names}{first}{'; ' + decoding if decoding else ''}; "
-                f"{counts} (tap x case checks){fixture}")
-    if decoding:
-        return f"FAIL: {decoding}{first}; {counts} (tap x case checks){fixture}"
+        return (f"FAIL: disagreement in {names}{first}{extra}; "
+                f"{counts} (tap x case checks){gcounts}{fixture}")
+    if decoding or gradients:
+        return f"FAIL: {extra[2:]}{first}; {counts} (tap x case checks){gcounts}{fixture}"
+    if report.grad_uncompared():
+        return f"ERROR: {report.nothing_compared_reason()}; {counts} (tap x case checks){gcounts}{fixture}"
     skipped = f"; {len(report.skipped)} registered backend(s) skipped (missing dependencies)" if report.skipped else ""
     verdict = "PASS (LOOSE TOLERANCES)" if report.loose else "PASS"
     return (f"{verdict}: every backend agrees on every tap it was compared on (taps compared: "
-            f"{compared_text(report)}); {counts} (tap x case checks){skipped}{fixture}")
+            f"{compared_text(report)}); {counts} (tap x case checks){gcounts}{skipped}{fixture}")
 
 
 def report_json(report: Report) -> dict[str, Any]:
     from parity_harness._core.shown_path import shown_fixture
     from parity_harness._views.decoding import decoding_json
+    from parity_harness._views.gradients import grad_json
 
     by_backend: dict[str, list[dict[str, Any]]] = {}  # the tree's tiers in order; a backend's follow each other
     for tier in report.tree.tiers:
@@ -451,6 +468,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "manifest_sha256": report.tolerances.get("manifest_sha256", ""),
         "taps_compared": {b: {"compared": n, "of": total} for b, (n, total) in report.taps_compared().items()},
         **({"decoding": decoding_json(report.decoding)} if report.decoding is not None else {}),
+        **({"grad": grad_json(report.grad)} if report.grad is not None else {}),
     })
 
 
