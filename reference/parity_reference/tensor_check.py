@@ -3,8 +3,8 @@
 Every reader of golden and weight tensors goes through it: the harness's goldens (in memory and read tensor by
 tensor from a checked header), its decoding and gradient goldens and its weights (parity_harness/_fixture/files.py
 turns the error into a `FixtureError`), the reference's `load_weights` (model.py, as `WeightsError`) and the
-Hugging Face import's two weight readers. A reader states what it expects as a table {name: `Expected`} and what the file
-holds as {name: (dtype, shape)}, from a header (nothing read yet) or from arrays already read; `check_table`
+Hugging Face import's two weight readers. A reader states what it expects as a table {name: `Expected`} and what the
+file holds as {name: (dtype, shape)}, from a header (nothing read yet) or from arrays already read; `check_table`
 refuses a missing, unexpected, mistyped or mis-shaped tensor, and `check_values` refuses a NaN in a golden or a
 non-finite weight. Each refusal is one line naming the file and the tensor, the same from every reader.
 
