@@ -398,3 +398,35 @@ def max_error(
                 if err > worst:
                     worst, where = err, f"{case}/{tap}"
     return worst, where
+
+
+# Gradients against the torch-autograd reference (parity_reference/backward.py), as the gradient judge reads them.
+
+def grad_errors(got: dict[str, dict[str, np.ndarray]], want: dict[str, dict[str, np.ndarray]],
+                order: Sequence[str] = ()) -> dict[str, float]:
+    """Each name's error: max over cases of |got - want|, over its magnitude M = max over cases of |want| (the
+    judge's M, docs/tolerances.md; 1 where M is 0). Cases, names, shapes and dtypes must match. The names come in
+    `order` (e.g. "loss" then training.backward_names: the backward's), then any other in `want`'s order.
+
+    `got` and `want` are {case: {name: array}} (a backend's `grad`), or {"": records} for the training steps.
+    """
+    assert list(got) == list(want), f"cases differ: {sorted(set(got) ^ set(want))}"
+    worst: dict[str, float] = {}
+    magnitude: dict[str, float] = {}
+    for case, expected in want.items():
+        assert set(got[case]) == set(expected), f"{case}: names differ: {sorted(set(got[case]) ^ set(expected))}"
+        for name, e in expected.items():
+            a = got[case][name]
+            assert a.shape == e.shape and a.dtype == e.dtype, f"{case}/{name}: {a.dtype}{a.shape} != {e.dtype}{e.shape}"
+            diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+            worst[name] = max(worst.get(name, 0.0), float(diff.max()) if diff.size else 0.0)
+            magnitude[name] = max(magnitude.get(name, 0.0), float(np.abs(e).max()) if e.size else 0.0)
+    names = [n for n in order if n in worst] + [n for n in worst if n not in order]
+    return {name: worst[name] / (magnitude[name] or 1.0) for name in names}
+
+
+def first_over(errors: dict[str, float], bound: float) -> tuple[str | None, float, str]:
+    """The first name (in `errors`' order: the backward's) whose error exceeds `bound`, and the worst (value, name)."""
+    first = next((name for name, err in errors.items() if err > bound), None)
+    name = max(errors, key=lambda n: errors[n])
+    return first, errors[name], name

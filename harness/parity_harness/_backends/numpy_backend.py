@@ -14,10 +14,14 @@ It runs one layer from a given input (`run_layer`, for `parity attribute`) with 
 
 On a Llama fixture (`fixture.family == "llama"`) the model is parity_reference/llama_numpy.py (forward and
 decoding with its [n_kv_heads, T, d_head] cache), in the same three precisions; `run_layer` is GPT-2's only.
+
+It has a backward, hand-written (`parity run --grad`; docs/training-port.md): `grad` and `train` run the family's
+backward module (parity_reference/numpy_backward.py, llama_numpy_backward.py) in float32 and float64 only.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, ClassVar
@@ -25,14 +29,22 @@ from typing import Any, ClassVar
 import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
-from parity_harness._core.errors import FixtureError
+from parity_harness._core.errors import BackendFailed, FixtureError
 from parity_harness._core.precision import DTYPES
 from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest, requests_for, steps_to_output
 from parity_harness._fixture.fixture import Fixture
 from parity_reference.numpy_model import attention, layer_norm, mlp, unembed
+from parity_reference.training import TrainingSpec
 
 # The dtype each precision computes in (DTYPES is the dtype results are returned in).
 COMPUTE: dict[Precision, type[np.floating[Any]]] = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}
+
+# Each family's hand-written backward (its `backward`, and the shared `train` taking it as `family`).
+BACKWARD: dict[str, str] = {
+    "gpt2": "parity_reference.numpy_backward",
+    "llama": "parity_reference.llama_numpy_backward",
+}
+GRAD_PRECISIONS: tuple[Precision, ...] = ("fp32", "fp64")  # the backward's tiers: no fp16
 
 
 class NumpyBackend(Backend):
@@ -119,3 +131,52 @@ class NumpyBackend(Backend):
                     params, config, list(req.prompt), req.steps,
                     list(req.feed) if req.feed is not None else None))
                 for req in requests_for(fixture, requests)}
+
+    # -- the backward and the training step -------------------------------------------------------------
+
+    def backward_module(self, fixture: Fixture) -> ModuleType:
+        """The module whose `backward` and `train` compute the gradients: the family's hand-written backward
+        (BACKWARD). A selftest mutant of the backward overrides it with a patched copy."""
+        return importlib.import_module(BACKWARD[fixture.family])
+
+    def supports_grad(self, fixture: Fixture) -> bool:
+        return fixture.family in BACKWARD
+
+    def grad(self, fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
+        """Each training case's loss and every gradient of `supported_grads`, from the family's `backward`."""
+        params, spec = self._grad_inputs(fixture, precision)
+        module, config, names = self.backward_module(fixture), fixture.model.config, self.supported_grads(fixture)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for name in spec.cases:
+            loss, grads = module.backward(params, config, _training_tokens(fixture, name))
+            out[name] = {"loss": loss, **{n: grads[n] for n in names}}
+        return out
+
+    def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
+        """The fixture's training steps (AdamW on its batch), from the family's backward module's `train`."""
+        params, spec = self._grad_inputs(fixture, precision)
+        module = self.backward_module(fixture)
+        batch = [_training_tokens(fixture, name) for name in spec.cases]
+        records: dict[str, np.ndarray] = module.train(params, fixture.model.config, batch, spec, family=module)
+        return records
+
+    def _grad_inputs(self, fixture: Fixture, precision: Precision) -> tuple[dict[str, np.ndarray], TrainingSpec]:
+        """The weights in the precision's dtype and the fixture's training spec, or one clear error."""
+        if precision not in GRAD_PRECISIONS:
+            raise BackendFailed(f"numpy: no backward in {precision} (only {', '.join(GRAD_PRECISIONS)})")
+        spec = fixture.training()
+        if spec is None:
+            raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
+        dtype = COMPUTE[precision]
+        return {name: w.astype(dtype) for name, w in fixture.weights().items()}, spec
+
+
+def _training_tokens(fixture: Fixture, name: str) -> list[int]:
+    """A training case's tokens, checked as the forward checks them (and >= 2 tokens: a loss needs one cell)."""
+    config, tokens = fixture.model.config, list(fixture.case(name).tokens)
+    if not 2 <= len(tokens) <= config.n_ctx:
+        raise FixtureError(f"case {name!r}: {len(tokens)} tokens, a training case needs 2 to {config.n_ctx}")
+    bad = [t for t in tokens if not 0 <= t < config.vocab_size]
+    if bad:
+        raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {config.vocab_size})")
+    return tokens
