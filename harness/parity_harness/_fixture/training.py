@@ -5,10 +5,15 @@ A fixture with a `training` section (_fixture/training_section.py) has one file 
 of `Fixture.grad_names()` (each case's own loss), then `train/step{s}/loss`, `train/step{s}/grad_norm` (shape
 []), `train/step{s}/{param}` for every step and parameter (parity_reference/training.py), and the judge's own
 `train/step{s}/{param}.grad`, each step's batch gradient.
+
+`golden_training` reads a whole tier into memory (the toys); `lazy_training` only checks the file's header and
+reads each tensor when it is asked for, not keeping it: what `parity run --grad` judges from, so that a
+GPT-2-sized fixture's goldens (124 M values per parameter set, docs/performance.md) never sit in memory at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,10 +24,11 @@ from parity_reference.tensor_check import TRAINING_GOLDEN, Expected
 from parity_reference.training import GRAD_SUFFIX, step_key, train_names
 
 if TYPE_CHECKING:
+    from parity_harness._fixture.files import TensorFile
     from parity_harness._fixture.fixture import Fixture
 
-GradOutput = dict[str, dict[str, np.ndarray]]  # {case: {"loss" | "{name}.grad": array}}
-TrainOutput = dict[str, np.ndarray]  # {"step{s}/loss" | "step{s}/grad_norm" | "step{s}/{param}": array}
+GradOutput = Mapping[str, Mapping[str, np.ndarray]]  # {case: {"loss" | "{name}.grad": array}}
+TrainOutput = Mapping[str, np.ndarray]  # {"step{s}/loss" | "step{s}/grad_norm" | "step{s}/{param}": array}
 CASES, TRAIN = "cases/", "train/"
 
 
@@ -75,8 +81,8 @@ def golden_training(fixture: Fixture, precision: Precision) -> tuple[GradOutput,
 
     table = training_table(fixture, precision)
     path = fixture.training_golden_path(precision)
-    grads: GradOutput = {}
-    train: TrainOutput = {}
+    grads: dict[str, dict[str, np.ndarray]] = {}
+    train: dict[str, np.ndarray] = {}
     for key, tensor in read_checked(open_checked(path, table, TRAINING_GOLDEN), table, TRAINING_GOLDEN):
         if key.startswith(CASES):
             case, name = key[len(CASES):].split("/", 1)  # a case's name has no "/" (the manifest's schema)
@@ -86,6 +92,47 @@ def golden_training(fixture: Fixture, precision: Precision) -> tuple[GradOutput,
     return grads, train
 
 
-__all__ = ["CASES", "TRAIN", "GradOutput", "TrainOutput", "golden_train_names", "golden_training", "grad_shape",
-           "train_shape",
-           "training_table"]
+class LazyTensors(Mapping[str, np.ndarray]):
+    """Some tensors of a checked golden file (`open_checked`), by key (the file's name less `prefix`): each read, and
+    its values checked, when asked for, and not kept (read-only, as `golden_training`'s)."""
+
+    def __init__(self, f: TensorFile, prefix: str, keys: list[str]) -> None:
+        self._file, self._prefix, self._keys = f, prefix, dict.fromkeys(keys)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        from parity_harness._fixture.files import read_checked
+
+        if key not in self._keys:
+            raise KeyError(key)
+        name = self._prefix + key
+        return dict(read_checked(self._file, [name], TRAINING_GOLDEN))[name]  # consumed to the end: file closed
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def lazy_training(fixture: Fixture, precision: Precision) -> tuple[GradOutput, TrainOutput]:
+    """One tier's gradient goldens as `golden_training` gives them, the header checked now (every key, dtype and
+    shape of `training_table`, nothing extra) and each tensor read from the file when it is looked up (values
+    checked then): memory holds the tensors being judged, not the tier."""
+    from parity_harness._fixture.files import open_checked
+
+    table = training_table(fixture, precision)
+    f = open_checked(fixture.training_golden_path(precision), table, TRAINING_GOLDEN)
+    by_case: dict[str, list[str]] = {}
+    train: list[str] = []
+    for key in table:
+        if key.startswith(CASES):
+            case, name = key[len(CASES):].split("/", 1)
+            by_case.setdefault(case, []).append(name)
+        else:
+            train.append(key[len(TRAIN):])
+    grads = {case: LazyTensors(f, f"{CASES}{case}/", names) for case, names in by_case.items()}
+    return grads, LazyTensors(f, TRAIN, train)
+
+
+__all__ = ["CASES", "TRAIN", "GradOutput", "LazyTensors", "TrainOutput", "golden_train_names", "golden_training",
+           "grad_shape", "lazy_training", "train_shape", "training_table"]

@@ -5,6 +5,10 @@ every tier that precision is judged in (as the forward taps: fp32 against the fp
 each training case's loss and gradients, then (`supports_training`) each training step's loss, gradient norm
 and parameters, judged by parity_harness/_compare/gradients.py. A fixture without gradient goldens is an
 error here: the request layer refuses `--grad` on it before any backend runs.
+
+Memory is bounded by a few copies of the parameters, whatever the fixture's size: the goldens are read one tensor
+at a time as they are judged (`lazy_training`), and each backend x precision's results are dropped once judged
+in every tier, before the next is computed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from parity_harness._backends.base import Precision
 from parity_harness._backends.boundary import AnyBackend, guarded
+from parity_harness._compare.grad_causes import Kept, keep_candidates, name_causes
 from parity_harness._compare.gradients import (
     GradReport,
     GradRun,
@@ -25,7 +30,7 @@ from parity_harness._compare.gradients import (
     train_order,
 )
 from parity_harness._core.precision import is_reduced, tiers_for
-from parity_harness._fixture.training import golden_training
+from parity_harness._fixture.training import lazy_training
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
@@ -44,9 +49,9 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
     assert section is not None
     report = GradReport(True, list(spec.cases), backward_order(fixture), spec.steps, train_order(fixture),
                         spec=spec, c=dict(section.c), n_budgeted=len(section.units))
-    goldens = {p: golden_training(fixture, p) for p in ("fp32", "fp64")}
+    goldens = {p: lazy_training(fixture, p) for p in ("fp32", "fp64")}  # each tensor read when judged
     tol = grad_tolerances(fixture, *goldens["fp64"])
-    train64 = goldens["fp64"][1]
+    kept: Kept = {}  # the candidates' arrays where a first divergence can be, for its likely cause
     for backend in [guarded(b) for b in backends]:
         if backend.declined(fixture) or not backend.has_backward(fixture):
             report.not_supported.append(backend.name)
@@ -69,8 +74,11 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
                                                 tol)
                 if train is not None:
                     report.train_checks += judge_training(fixture, backend.name, precision, tier, train,
-                                                          train_golden, train64, tol)
+                                                          train_golden, tol)
+            keep_candidates(kept, report, backend.name, precision, grads, train)  # for the causes (grad_causes.py)
+            del grads, train  # judged: not held while the next precision computes
     report.fold()
+    name_causes(fixture, report, kept, goldens, tol)  # each first divergence's likely cause, from the numbers
     _locate(fixture, report)
     return report
 
