@@ -24,7 +24,8 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def parity(session: nox.Session) -> None:
-    """Run every built-in backend on fixtures/toy, then on fixtures/toy-stress, and compare every tap.
+    """Run every built-in backend on fixtures/toy, then on fixtures/toy-stress and fixtures/toy-llama, and compare
+    every tap, and every gradient and training step (`--grad`).
 
     Every fixture runs and reports, even after one fails; the session then fails naming each fixture that
     did not pass, with its exit code (1 a disagreement, 2 bad input or a missing dependency).
@@ -94,17 +95,18 @@ def _drop_browser_backends(posargs: list[str]) -> list[str]:
 
 def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:
     """(fixture, `parity run` args) for each fixture the session checks: the toy, the stress fixture and the toy
-    Llama (the second model family), or only the one `--fixture` names among the args."""
+    Llama (the second model family), or only the one `--fixture` names among the args. Each with `--grad`: the gate
+    checks the backward and the training steps too."""
     for i, arg in enumerate(posargs):
         if arg == "--fixture" and i + 1 < len(posargs):
-            return [(posargs[i + 1], ["--no-skip", *posargs])]
+            return [(posargs[i + 1], ["--no-skip", "--grad", *posargs])]
         if arg.startswith("--fixture="):
-            return [(arg.partition("=")[2], ["--no-skip", *posargs])]
+            return [(arg.partition("=")[2], ["--no-skip", "--grad", *posargs])]
     return [
-        ("fixtures/toy", ["--no-skip", *posargs]),
-        ("fixtures/toy-stress", ["--no-skip", "--fixture", "fixtures/toy-stress",
+        ("fixtures/toy", ["--no-skip", "--grad", *posargs]),
+        ("fixtures/toy-stress", ["--no-skip", "--grad", "--fixture", "fixtures/toy-stress",
                                  *_report_paths_for(posargs, "toy-stress")]),
-        ("fixtures/toy-llama", ["--no-skip", "--fixture", "fixtures/toy-llama",
+        ("fixtures/toy-llama", ["--no-skip", "--grad", "--fixture", "fixtures/toy-llama",
                                 *_report_paths_for(posargs, "toy-llama")]),
     ]
 

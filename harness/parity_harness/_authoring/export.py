@@ -183,8 +183,9 @@ def _manifest_without_hashes(path: Path) -> dict[str, Any]:
     manifest.get("provenance", {}).pop("training_platform", None)
     if isinstance(manifest.get("decoding"), dict):
         manifest["decoding"].pop("platform", None)  # compared by its own rule (check_goldens)
-    if isinstance(manifest.get("training"), dict):
-        manifest["training"].pop("platform", None)  # compared by its own rule (check_goldens)
+    if isinstance(manifest.get("training"), dict):  # compared by their own rule (check_training_goldens)
+        manifest["training"].pop("platform", None)
+        manifest["training"].pop("units", None)
     return manifest  # type: ignore[no-any-return]
 
 
@@ -325,11 +326,18 @@ def check_fixture(root: Path, progress: Progress = print, retrain: bool = True, 
             ours_m.pop("decoding", None)
             ours_m["files"].pop("decoding", None)
             say("the fixture has no decoding goldens: not checked")
+        if "training" not in theirs_m:  # a fixture without gradient goldens: nothing to compare
+            ours_m.pop("training", None)
+            ours_m["files"].pop("training", None)
         if ours_m != theirs_m:
             keys = sorted(k for k in set(ours_m) | set(theirs_m) if ours_m.get(k) != theirs_m.get(k))
             problems.append(f"manifest differs apart from hashes in: {', '.join(keys)}")
         else:
             say("manifest identical apart from hashes")
+        if "training" in theirs_m:
+            from parity_harness._authoring.training_writer import check_training_goldens
+
+            problems += check_training_goldens(fixture, load_fixture(regen), say)
     # 3. retrained weights: bit-identical on the platform that trained them, the same quality on another.
     if retrain:
         problems += _check_retraining(committed_weights, seed, steps, training_platform(provenance), here, say)

@@ -441,6 +441,7 @@ def check_toy_llama(root: Path, progress: Progress = print, out: Progress = prin
     import tempfile
 
     from parity_harness._authoring.export import _manifest_without_hashes, check_goldens
+    from parity_harness._authoring.training_writer import check_training_goldens
     from parity_harness._fixture.fixture import MANIFEST, load_fixture
     from parity_harness._fixture.platforms import current_platform, describe, same_platform
 
@@ -478,6 +479,7 @@ def check_toy_llama(root: Path, progress: Progress = print, out: Progress = prin
             problems.append("manifest differs apart from hashes, platforms and ONNX graphs")
         else:
             say("manifest identical apart from hashes")
+        problems += check_training_goldens(fixture, load_fixture(regen), say)
     if fixture.onnx_path("all_taps") is not None:
         from parity_harness._authoring.onnx_export import check_onnx_against_golden
 

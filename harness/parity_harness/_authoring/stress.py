@@ -272,6 +272,9 @@ def check_stress_fixture(root: Path, toy_root: Path, progress: Progress = print)
                 a, b = regen.tolerances[precision].for_tap(tap).atol, tol.for_tap(tap).atol
                 if (a != b) if same else not b / 2 <= a <= 2 * b:
                     problems.append(f"tolerance {precision} {tap}: measured {a:g} here, {b:g} in the manifest")
+        from parity_harness._authoring.training_writer import check_training_goldens
+
+        problems += check_training_goldens(fixture, regen, say)
     for line in check_onnx_against_golden(fixture):
         say(line)
     for problem in problems:

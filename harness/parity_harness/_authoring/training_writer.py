@@ -20,6 +20,7 @@ from parity_harness._fixture.training_section import GOLDEN_FILES
 from parity_reference.training import TrainingSpec, predicted_cells
 
 if TYPE_CHECKING:
+    from parity_harness._fixture.fixture import Fixture
     from parity_harness._fixture.manifest import Case
     from parity_reference.families import ModelConfig
 
@@ -143,5 +144,51 @@ def add_training_to_fixture(root: Path, progress: Callable[[str], None] | None =
         replace_directory(staging, root, owned)
 
 
-__all__ = ["LOSS", "add_training", "add_training_to_fixture", "one_dimensional", "spec_for_kind", "training_cases",
+def check_training_goldens(fixture: Fixture, regen: Fixture, say: Callable[[str], None]) -> list[str]:
+    """`parity export --check`: the gradient goldens recomputed into `regen` against the committed ones. Bit for bit
+    on the platform that made them (the training section's `platform`); on another, the recomputed goldens are judged
+    as a backend's results would be, by the gradient judge at the fixture's own tolerances (AdamW's rounding-driven
+    steps included). The problems found, one line each."""
+    from parity_harness._compare.gradients import grad_tolerances, judge_backward, judge_training
+    from parity_harness._fixture.platforms import current_platform, describe, same_platform
+    from parity_harness._fixture.training import golden_training
+
+    section = fixture.training_section()
+    if section is None:
+        say("the fixture has no gradient goldens: not checked")
+        return []
+    made_on = fixture.manifest["training"].get("platform")
+    same = same_platform(made_on, current_platform())
+    say(f"gradient goldens made on: {describe(made_on)}; rule: {'bit-identical' if same else 'the gradient judge'}")
+    problems: list[str] = []
+    regen_section = regen.training_section()
+    if regen_section is None or regen_section.spec != section.spec:
+        return ["training section: the recomputed spec differs (cases, steps or the optimizer)"]
+    if same and regen_section.units != section.units:
+        problems.append("training section: the measured units differ on the platform that made them")
+    theirs = {p: golden_training(fixture, p) for p in TIERS}
+    ours = {p: golden_training(regen, p) for p in TIERS}
+    if same:
+        for p in TIERS:
+            differ = [f"{case}/{k}" for case, grads in ours[p][0].items() for k, v in grads.items()
+                      if not np.array_equal(v, theirs[p][0][case][k])]
+            differ += [k for k, v in ours[p][1].items() if not np.array_equal(v, theirs[p][1][k])]
+            say(f"gradient golden {p}: {'bit-identical' if not differ else f'{len(differ)} tensors differ'}")
+            if differ:
+                problems.append(f"gradient golden {p}: {len(differ)} tensors differ, e.g. {differ[0]!r}")
+        return problems
+    tol = grad_tolerances(fixture, *theirs["fp64"])
+    names = fixture.grad_names()
+    for p in TIERS:
+        checks = judge_backward(fixture, "recomputed", p, p, ours[p][0], theirs[p][0], names, tol)
+        checks += judge_training(fixture, "recomputed", p, p, ours[p][1], theirs[p][1], tol)
+        bad = [c for c in checks if c.passed is False]
+        say(f"gradient golden {p}: {len(checks) - len(bad)} of {len(checks)} checks within the judge's tolerances")
+        if bad:
+            where = f"{bad[0].case}/{bad[0].tap}" + (f" (step {bad[0].step})" if bad[0].step else "")
+            problems.append(f"gradient golden {p}: {len(bad)} checks break the judge's tolerances, e.g. {where}")
+    return problems
+
+
+__all__ = ["LOSS", "add_training", "check_training_goldens", "add_training_to_fixture", "one_dimensional", "spec_for_kind", "training_cases",
            "training_section", "write_training_files"]
