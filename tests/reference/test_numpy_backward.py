@@ -25,6 +25,7 @@ from parity_harness._core.errors import BackendFailed, FixtureError
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._fixture.training import golden_training
 from parity_reference import numpy_backward as nb
+from parity_reference import numpy_model as nm
 from parity_reference.backward import case_gradients, lesson_spec, train_steps
 from parity_reference.config import TOY, GPTConfig, param_shapes
 from parity_reference.training import TrainingSpec, adam_bound, backward_names, step_key
@@ -95,6 +96,30 @@ def test_other_configs_match_autograd(change: dict[str, object]) -> None:
     errors = _compare(weights, config, cases, "fp64")
     first, worst, where = first_over(errors, 1e-12)
     assert first is None, f"{change}: {first} is {errors[first]:.3g} x M (worst {worst:.3g} at {where})"
+
+
+def test_parameter_gradients_agree_with_finite_differences() -> None:
+    """An independent float64 check, without torch: along random directions v of every parameter at once, the
+    directional derivative <grad, v> against central differences of the loss, Richardson-extrapolated
+    ((4 D(h/2) - D(h)) / 3, error O(h^4)). Measured on the toy: 4.3e-12 relative at h = 1e-4."""
+    fixture = _fixture("toy")
+    config, params = _config(fixture), _cast(fixture.weights(), "fp64")
+    tokens = list(fixture.case("grammar_3").tokens)
+    _, grads = nb.backward(params, config, tokens)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        v = {k: rng.normal(size=p.shape) for k, p in params.items()}
+
+        def loss(h: float, v: dict[str, np.ndarray] = v) -> float:
+            moved = {k: params[k] + h * v[k] for k in params}
+            return float(nb.cross_entropy_backward(nm.forward(moved, config, tokens, lens_rows=1)["logits"], tokens)[0])
+
+        def central(h: float) -> float:
+            return (loss(h) - loss(-h)) / (2 * h)
+
+        numeric = (4 * central(5e-5) - central(1e-4)) / 3
+        analytic = sum(float((grads[k + ".grad"] * v[k]).sum()) for k in params)
+        assert abs(numeric - analytic) <= 1e-9 * abs(analytic), (numeric, analytic)
 
 
 def _broken_layer_norm_backward(dout: np.ndarray, weight: np.ndarray, scale: np.ndarray,
