@@ -39,6 +39,12 @@ decoding only: a decoding mutant of the toy, caught by the fp32 and fp64 decodin
 llama_model.py and its NumPy twins "llama-np-..." in llama_numpy.py): the selftest runs it on its family's own toy
 fixture (the family module's `FIXTURE`, fixtures/toy-llama) in float32 and float64, where it must be caught at its
 tap with a likely cause that names it (parity_harness/_compare/diagnose.py, the family's `causes` module).
+
+"grad" and "grad-stress" mark the backward mutants (`backward_mutants`, parity_harness/_tools/grad_mutants.py):
+patches of the hand-written NumPy backward (parity_reference/numpy_backward.py, target "numpy") that the gradient
+check (`parity run --grad`) must catch at their gradient or training step, with a cause named from the numbers, on
+the toy ("grad") or on toy-stress ("grad-stress"), while the forward checks alone pass. They are not in `CATALOG`
+(whose numbers they leave as they were); `by_name` selects from both.
 """
 
 from __future__ import annotations
@@ -58,8 +64,9 @@ from parity_harness._core.resources import ts_model_dir
 from parity_reference.families import family_names, load_family
 
 Target = Literal["typescript", "reference", "numpy"]  # who runs the patched copy: typescript, pytorch's or numpy's code
-# The fixture that must catch the mutant: "family" is its family's own toy fixture (its mutants module's FIXTURE)
-CaughtOn = Literal["toy", "stress", "probe", "family"]
+# The fixture that must catch the mutant: "family" is its family's own toy fixture (its mutants module's FIXTURE);
+# "grad" / "grad-stress": a backward mutant (_tools/grad_mutants.py), judged by the gradient check on toy / toy-stress
+CaughtOn = Literal["toy", "stress", "probe", "family", "grad", "grad-stress"]
 TOY_FAMILY = "gpt2"  # the family of the toy, toy-stress and fp16-probe fixtures: its mutants come first
 
 _REFERENCE_DIR = Path(parity_reference.__file__).parent
@@ -262,9 +269,18 @@ def __getattr__(name: str) -> object:  # `CATALOG`, made on first use (PEP 562)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def backward_mutants() -> tuple[Mutant, ...]:
+    """The backward mutants (parity_harness/_tools/grad_mutants.py), kept apart from `CATALOG`: the gradient check
+    judges them, the selftest reports them in their own section."""
+    from parity_harness._tools.grad_mutants import MUTANTS
+
+    return MUTANTS
+
+
 def by_name(names: list[str] | None) -> list[Mutant]:
-    """The catalog, or the named mutants in catalog order; ParityError (exit 2) for an unknown name."""
-    catalog = _catalog()
+    """The catalog then the backward mutants, or the named ones in that order; ParityError (exit 2) for an unknown
+    name."""
+    catalog = (*_catalog(), *backward_mutants())
     if names is None:
         return list(catalog)
     known = {m.name for m in catalog}

@@ -34,6 +34,16 @@ family's own toy fixture (`family_fixtures[family]`, default: the toy's sibling 
 mutants module, `FIXTURE`: fixtures/toy-llama) in float32 and float64: each must be caught at its expected tap with a
 likely cause (the family's diagnose patterns). A control runs each unpatched file there. Nothing here names a family:
 the family tables (parity_reference/families/) and their mutants modules say which there are.
+
+The backward mutants (`caught_on` "grad" or "grad-stress", parity_harness/_tools/grad_mutants.py) patch the
+hand-written NumPy backward (parity_reference/numpy_backward.py), run by the numpy backend's own `grad` and `train`
+(`NumpyBackend.backward_module` returns the copy) through `run_parity(..., grad=True)` in float32 and float64, on
+the toy ("grad") or on the stress fixture ("grad-stress", and on the toy too, where it must be invisible). Each
+must be caught by the gradient check at its gradient (the backward's first divergence) or at its training step,
+with the likely cause its catalog entry names (parity_harness/_compare/grad_causes.py, from the numbers), while the
+forward checks of the same run pass (the forward is unpatched). A control runs the unpatched copy on each fixture
+used. They are reported apart (`SelftestResult.backward`, JSON "backward"): the totals line counts the forward
+catalog only.
 """
 
 from __future__ import annotations
@@ -47,11 +57,14 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import ClassVar, TextIO
+
+import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.boundary import GuardedBackend
@@ -120,6 +133,36 @@ class NumpyModuleBackend(NumpyBackend):
 
     def model_module(self, fixture: Fixture) -> ModuleType:
         return self.module
+
+
+class NumpyBackwardModuleBackend(NumpyBackend):
+    """The numpy backend with a (possibly patched) copy of parity_reference/numpy_backward.py as its backward: its
+    own `grad` and `train` call the copy's `backward` and `train` (`backward_module`); the forward is the numpy
+    backend's, unpatched."""
+
+    name: ClassVar[str] = "numpy-backward-mutant"
+    description: ClassVar[str] = "the numpy backend with a patched copy of numpy_backward.py (parity selftest)"
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def backward_module(self, fixture: Fixture) -> ModuleType:
+        return self.module
+
+
+BACKWARD_FILE = "numpy_backward.py"  # what the backward mutants patch, in a copy of parity_reference/
+
+
+def run_backward(fixture: Fixture, mutant: Mutant | None, workdir: Path, tag: str = "") -> Report:
+    """One run of the forward and the gradient check (no decoding) on a copy of parity_reference/ whose
+    numpy_backward.py is patched by `mutant` (unpatched if None), in float32 and float64."""
+    label = (mutant.name if mutant is not None else "control-backward") + tag
+    root = copy_target("numpy", workdir / label, mutant)
+    module = load_module(root / BACKWARD_FILE, f"_parity_selftest_{label.replace('-', '_')}")
+    backend = GuardedBackend.wrap(NumpyBackwardModuleBackend(module))
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # a mutant's inf and NaN are judged, not printed
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return run_parity(fixture, [backend], ["fp32", "fp64"], progress=None, decoding=False, grad=True)
 
 
 def module_file(family: str, target: str) -> str:
@@ -272,6 +315,129 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     return out
 
 
+BACKWARD_ON = ("grad", "grad-stress")  # the backward mutants' `caught_on`: the toy, the stress fixture
+
+
+@dataclass
+class BackwardOutcome:
+    """What the gradient check reported for one backward mutant (and whether the forward checks alone saw it)."""
+
+    name: str
+    description: str
+    fixture: str  # the fixture it is judged on ("toy", "toy-stress")
+    expected_tap: str  # a gradient name (the backward's), or a training record at `expected_step`
+    expected_step: int | None
+    expected_cause: str  # what its likely cause must say (grad_mutants.CAUSE_CLASS)
+    caught: bool = False  # a gradient or training comparison failed
+    tiers: list[str] = field(default_factory=list)  # the gradient comparisons that failed
+    first_tap: str | None = None  # the backward's first divergence (earliest over tiers), else the training's
+    first_step: int | None = None  # the training step of `first_tap` (None: a gradient of the backward)
+    likely_cause: str = ""  # the cause the gradient check named there (parity_harness/_compare/grad_causes.py)
+    forward_caught: bool = False  # the forward checks of the same run failed (they must not: the forward is unpatched)
+    error: str = ""  # the run stopped with an error
+    toy_tiers: list[str] | None = None  # "grad-stress": gradient comparisons that failed on the toy (must be none)
+    seconds: float = 0.0
+
+    @property
+    def localized(self) -> bool:
+        return self.first_tap == self.expected_tap and self.first_step == self.expected_step
+
+    @property
+    def named(self) -> bool:
+        """The likely cause says what the catalog expects (named from the numbers, not from the mutant)."""
+        return bool(self.expected_cause) and self.expected_cause in self.likely_cause
+
+    @property
+    def ok(self) -> bool:
+        return (self.caught and not self.error and self.localized and self.named and not self.forward_caught
+                and not self.toy_tiers)
+
+
+def classify_backward(mutant: Mutant, report: Report, fixture: str, expected_cause: str,
+                      seconds: float) -> BackwardOutcome:
+    """Where the gradient check caught a backward mutant (the backward first, then the training steps), and what."""
+    out = BackwardOutcome(mutant.name, mutant.description, fixture, mutant.expected_tap, mutant.expected_step,
+                          expected_cause, seconds=seconds)
+    out.forward_caught = any(r.passed is False for r in report.results)
+    grad = report.grad
+    if grad is None:
+        out.error = "the run has no gradient check"
+        return out
+    failed = {tier_key(r.precision, r.golden) for r in (*grad.checks, *grad.train_checks) if r.passed is False}
+    known = (TIER_FP32, TIER_FP64, TIER_FP64_VS_FP32)
+    out.tiers = [t for t in known if t in failed] + sorted(failed - set(known))
+    out.caught = bool(failed)
+    if grad.divergences:
+        order = {n: i for i, n in enumerate(grad.names)}
+        first = min(grad.divergences, key=lambda d: order[d.tap])
+        out.first_tap, out.likely_cause = first.tap, _likely_cause(grad.divergences, first.tap, None)
+    elif grad.train_divergences:
+        place = {n: i for i, n in enumerate(grad.train_names)}
+        first = min(grad.train_divergences, key=lambda d: (d.step or 0, place[d.tap]))
+        out.first_tap, out.first_step = first.tap, first.step
+        out.likely_cause = _likely_cause(grad.train_divergences, first.tap, first.step)
+    return out
+
+
+def _backward_control_message(report: Report) -> str:
+    if report.verdict == Verdict.AGREE:
+        return ""
+    grad = report.grad
+    for d in (*(grad.divergences if grad else []), *(grad.train_divergences if grad else [])):
+        step = f"step {d.step}, " if d.step is not None else ""
+        return f"{tier_key(d.precision, d.golden)} gradient check diverges at {step}{d.tap} (max_abs {d.max_abs:.3g})"
+    return _control_message(report)
+
+
+def _judge_backward(fixture: Fixture, mutant: Mutant, work: Path, tag: str, expected_cause: str) -> BackwardOutcome:
+    start = time.perf_counter()
+    try:
+        report = run_backward(fixture, mutant, work, tag)
+    except MutantAnchorError:
+        raise
+    except ParityError as exc:
+        out = BackwardOutcome(mutant.name, mutant.description, fixture.root.name, mutant.expected_tap,
+                              mutant.expected_step, expected_cause, caught=True, error=str(exc))
+    else:
+        out = classify_backward(mutant, report, fixture.root.name, expected_cause, 0.0)
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def _run_backward_mutants(result: SelftestResult, toy: Fixture, stress: Fixture | None, mutants: list[Mutant],
+                          work: Path, say: Callable[[str], None]) -> None:
+    """The backward mutants' controls (the unpatched numpy_backward.py on each fixture used), then each mutant."""
+    from parity_harness._tools.grad_mutants import CAUSE_CLASS
+
+    on_stress = [m for m in mutants if m.caught_on == "grad-stress"]
+    if on_stress and stress is None:
+        from parity_harness._fixture.fixture import load_fixture
+
+        root = toy.root.parent / "toy-stress"
+        if not (root / "manifest.json").is_file():
+            raise ParityError(f"the backward mutants {', '.join(m.name for m in on_stress)} need the stress fixture: "
+                              "pass --stress-fixture DIR (made by `parity export --preset toy-stress`)")
+        stress = load_fixture(root)
+    used = [toy] if any(m.caught_on == "grad" for m in mutants) or on_stress else []
+    used += [stress] if on_stress and stress is not None else []
+    for fx in used:
+        say(f"parity selftest: control run of the unpatched {BACKWARD_FILE} on {fx.root.name} (--grad)")
+        try:
+            result.backward_controls[fx.root.name] = _backward_control_message(
+                run_backward(fx, None, work, f"-{fx.root.name}"))
+        except ParityError as exc:
+            result.backward_controls[fx.root.name] = str(exc)
+    for mutant in mutants:
+        say(f"parity selftest: {mutant.name} (--grad)")
+        where = stress if mutant.caught_on == "grad-stress" and stress is not None else toy
+        outcome = _judge_backward(where, mutant, work, f"-{where.root.name}", CAUSE_CLASS.get(mutant.name, ""))
+        if where is not toy:  # the toy's spec does not decay: there the bug must be invisible
+            on_toy = _judge_backward(toy, mutant, work, f"-{toy.root.name}", "")
+            outcome.toy_tiers = on_toy.tiers + (["error"] if on_toy.error else [])
+            outcome.seconds += on_toy.seconds
+        result.backward.append(outcome)
+
+
 def _family_ok(o: Outcome) -> bool:
     """Another family's mutant as it must be: caught at its expected tap, with a likely cause named."""
     return o.caught and o.localized and bool(o.likely_cause)
@@ -306,6 +472,8 @@ class SelftestResult:
     probe_fixture: str | None = None  # where the reduced-precision mutants are caught (None: none was run)
     probe_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the probe
     families: dict[str, FamilyRun] = field(default_factory=dict)  # family -> where its "family" mutants ran
+    backward: list[BackwardOutcome] = field(default_factory=list)  # the backward mutants (gradient check)
+    backward_controls: dict[str, str] = field(default_factory=dict)  # fixture -> "" if unpatched numpy_backward passed
 
     @property
     def stability(self) -> list[Outcome]:
@@ -364,6 +532,14 @@ class SelftestResult:
                 for t, m in self.probe_controls.items() if m]
         why += [f"control run of the unpatched {t} failed on the {run.title} fixture: {m}"
                 for run in self.families.values() for t, m in run.controls.items() if m]
+        why += [f"control run of the unpatched {BACKWARD_FILE} failed on {fx} (--grad): {m}"
+                for fx, m in self.backward_controls.items() if m]
+        bad = [o.name for o in self.backward if not o.ok]
+        if bad:
+            why.append(f"{len(bad)} backward mutant(s) not caught by the gradient check alone at their gradient or "
+                       f"step with their cause: {', '.join(bad)}")
+        if n == 0 and self.backward:  # only backward mutants were selected: the forward catalog's rules do not apply
+            return why
         if n == 0:
             why.append("no mutants were run")
         if self.n_caught < n:
@@ -421,6 +597,10 @@ class SelftestResult:
                        "fp64_only": self.n_fp64_only, "stability": len(self.stability),
                        "invisible_on_toy_caught_on_stress": self.n_pairs, "reduced": len(self.reduced),
                        "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok},
+            "backward": {"controls": self.backward_controls,
+                         "mutants": [{**asdict(o), "localized": o.localized, "named": o.named, "ok": o.ok}
+                                     for o in self.backward],
+                         "caught_at_tap_with_cause": sum(o.ok for o in self.backward)},
             "exit_code": for_verdict(self.verdict),
             "failures": self.failures(),
         }
@@ -502,6 +682,8 @@ def run_selftest(
     result = SelftestResult(str(fixture.root))
     with tempfile.TemporaryDirectory(prefix="parity-selftest-") as tmp:
         work = Path(tmp)
+        backward = [m for m in mutants if m.caught_on in BACKWARD_ON]
+        mutants = [m for m in mutants if m.caught_on not in BACKWARD_ON]
         result.controls = _controls(fixture, list(dict.fromkeys(m.target for m in mutants if m.caught_on != "family")),
                                     work, "", say)
         if stability and stress is not None:
@@ -544,6 +726,8 @@ def run_selftest(
             outcome.toy_tiers, outcome.toy_error = on_toy.tiers, on_toy.error
             outcome.seconds += on_toy.seconds
             result.outcomes.append(outcome)
+        if backward:
+            _run_backward_mutants(result, fixture, stress, backward, work, say)
     return result
 
 
@@ -647,6 +831,28 @@ def format_table(result: SelftestResult) -> list[str]:
     return lines
 
 
+def format_backward(result: SelftestResult) -> list[str]:
+    """The backward mutants' table: where the gradient check caught each, the cause it named, the forward alone."""
+    if not result.backward:
+        return []
+    rows: list[tuple[str, ...]] = [("mutant", "fixture", "caught", "tiers", "caught at", "expected", "match", "cause",
+                                    "forward alone")]
+    for o in result.backward:
+        at = o.first_tap or "-"
+        at = at if o.first_step is None else f"step {o.first_step}: {at}"
+        expected = o.expected_tap if o.expected_step is None else f"step {o.expected_step}: {o.expected_tap}"
+        fixture = o.fixture + ("" if o.toy_tiers is None else
+                               " (toy: invisible)" if not o.toy_tiers else f" (toy: VISIBLE {','.join(o.toy_tiers)})")
+        rows.append((o.name, fixture, "yes" if o.caught else "NO", ",".join(o.tiers) or ("error" if o.error else "-"),
+                     at, expected, "yes" if o.localized else "NO",
+                     cause_class(o.likely_cause) if o.named else f"WRONG ({cause_class(o.likely_cause)})",
+                     "CAUGHT" if o.forward_caught else "blind"))
+    lines = ["backward mutants (numpy_backward.py): caught by the gradient check (--grad), forward checks blind"]
+    lines += _grid(rows)
+    lines += [f"{o.name}: the run stopped with an error: {o.error}" for o in result.backward if o.error]
+    return lines
+
+
 def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     stream = out if out is not None else sys.stdout
 
@@ -664,7 +870,11 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
         for target, why in run.controls.items():
             say(f"control ({target}, unpatched {module_file(name, target)}, {Path(run.fixture).name}): "
                 f"{'FAIL: ' + why if why else 'pass'}")
+    for fx, why in result.backward_controls.items():
+        say(f"control (numpy, unpatched {BACKWARD_FILE}, {fx}, --grad): {'FAIL: ' + why if why else 'pass'}")
     for line in format_table(result):
+        say(line)
+    for line in format_backward(result):
         say(line)
     for why in result.failures():
         say(f"selftest FAIL: {why}")
@@ -680,6 +890,9 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
                                  for file, group in _by_file(own).items())
             say(f"{run.title} mutants caught at their tap with a likely cause: {result.n_family_ok(name)}/{len(own)} "
                 f"({per_file})")
+    if result.backward:
+        say(f"backward mutants caught by the gradient check at their gradient or step, with their cause, the forward "
+            f"checks blind: {sum(o.ok for o in result.backward)}/{len(result.backward)}")
     say(result.totals_line())
 
 
