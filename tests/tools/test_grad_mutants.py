@@ -165,3 +165,25 @@ def test_a_random_error_gets_no_cause(toy: Fixture, where: str) -> None:
     noisy = b + rng.normal(0.0, scale, b.shape)
     assert grad_cause(toy, d, noisy, goldens["fp64"], tol) == ""
     assert grad_cause(toy, d, b.copy(), goldens["fp64"], tol) == ""  # nothing fails: nothing to name
+
+
+def test_only_the_first_divergences_arrays_are_kept(toy: Fixture, tmp_path: Path) -> None:
+    """The gradient check keeps, per backend x precision x tier, the one array its first divergence is at (the worst
+    case's), for the cause: what it keeps is exactly what the folded report's first divergences point to."""
+    from parity_harness._backends.boundary import GuardedBackend
+    from parity_harness._compare.grad_causes import Kept, keep_candidates
+    from parity_harness._tools.selftest import NumpyBackwardModuleBackend, copy_target, load_module, run_backward
+
+    mutant = by_name(["np-grad-attention-scale-missing"])[0]
+    report = run_backward(toy, mutant, tmp_path)
+    assert report.grad is not None and report.grad.divergences
+    module = load_module(copy_target("numpy", tmp_path / "again", mutant) / FILE, "_test_keep_candidates")
+    backend = GuardedBackend.wrap(NumpyBackwardModuleBackend(module))
+    kept: Kept = {}
+    for precision in ("fp32", "fp64"):
+        grads = backend.gradients(toy, precision, toy.grad_names())
+        keep_candidates(kept, report.grad, backend.name, precision, grads, backend.trained(toy, precision))
+    firsts = {(d.precision, d.case, d.tap) for d in report.grad.divergences}
+    firsts |= {(d.precision, "train", step_key(d.step or 0, d.tap)) for d in report.grad.train_divergences}
+    assert {(p, *key) for (_, p), own in kept.items() for key in own} == firsts
+    assert len(firsts) < 8  # a few arrays, not the run's outputs

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from parity_harness._compare.gradients import GradReport, GradTolerances
-from parity_harness._compare.judge import FirstDivergence
+from parity_harness._compare.judge import FAIL, CheckResult, FirstDivergence
 from parity_harness._compare.patterns import close, explains
 from parity_reference.training import GRAD_SUFFIX, step_key
 
@@ -251,28 +251,29 @@ def grad_cause(fixture: Fixture, d: FirstDivergence, candidate: object, golden: 
 
 def keep_candidates(kept: Kept, report: GradReport, backend: str, precision: str, grads: GradOutput,
                     train: TrainOutput | None) -> None:
-    """Keep what a first divergence of this backend x precision can be at: each tier's earliest failing gradient
-    (every case's) and earliest failing training record, nothing else (a large model's outputs are not kept)."""
+    """Keep what a first divergence of this backend x precision will be at, nothing else (a large model's outputs
+    are not held): per tier, the earliest failing gradient of the case with the largest error there and the earliest
+    failing training record (`judge.first_divergence`'s choice)."""
     own = kept.setdefault((backend, precision), {})
-    order = {n: i for i, n in enumerate(report.names)}
-    first: dict[str, int] = {}
-    for r in report.checks:
-        if r.backend == backend and r.precision == precision and r.passed is False:
-            first[r.golden] = min(first.get(r.golden, len(order)), order[r.tap])
-    for i in set(first.values()):
-        name = report.names[i]
-        own.update({(case, name): out[name] for case, out in grads.items() if name in out})
-    if train is None:
-        return
-    place = {n: i for i, n in enumerate(report.train_names)}
-    firsts: dict[str, tuple[int, int]] = {}
-    for r in report.train_checks:
-        if r.backend == backend and r.precision == precision and r.passed is False and r.step is not None:
-            firsts[r.golden] = min(firsts.get(r.golden, (r.step, place[r.tap])), (r.step, place[r.tap]))
-    for step, i in set(firsts.values()):
-        key = step_key(step, report.train_names[i])
-        if key in train:
-            own[("train", key)] = train[key]
+    for checks, order, is_train in ((report.checks, report.names, False), (report.train_checks, report.train_names,
+                                                                           True)):
+        if is_train and train is None:
+            continue
+        place = {n: i for i, n in enumerate(order)}
+        worst: dict[str, CheckResult] = {}  # tier -> the check the first divergence will report
+        for r in checks:
+            if r.backend != backend or r.precision != precision or r.status != FAIL:
+                continue
+            best = worst.get(r.golden)
+            key = ((r.step or 0, place[r.tap]), -(r.max_abs if r.max_abs is not None else math.inf))
+            if best is None or key < ((best.step or 0, place[best.tap]),
+                                      -(best.max_abs if best.max_abs is not None else math.inf)):
+                worst[r.golden] = r
+        for r in worst.values():
+            if is_train and train is not None and step_key(r.step or 0, r.tap) in train:
+                own[("train", step_key(r.step or 0, r.tap))] = train[step_key(r.step or 0, r.tap)]
+            elif not is_train and r.tap in grads.get(r.case, {}):
+                own[(r.case, r.tap)] = grads[r.case][r.tap]
 
 
 def name_causes(fixture: Fixture, report: GradReport, kept: Kept,
