@@ -43,6 +43,19 @@ The model is built once per `run_cases` call (one fixture, one precision), never
 (in any precision). What transformers says to model authors (its warnings and log records, e.g. about
 special token ids) is kept off the user's terminal (`silenced`, quiet.py); the config names no special token outside
 the vocabulary.
+
+**The backward** (`parity run --grad`, fp32 and fp64, both families) is torch autograd through transformers' own
+model, built as above (for fp64 the same float64 model, RMSNorm, RoPE and softmax computed in float64 on its own
+modules): each training case's logits from the model, the next-token cross-entropy computed here from them
+(`parity_reference.backward.case_loss`, in the model's dtype: transformers' `labels=` loss casts the logits to
+float32), and `torch.autograd.grad` of it with respect to the model's parameters (the tied embedding once: its
+gradient sums both uses) and to the very tensors the forward hooks read, with the batch axis (a tap is a view of
+them: the adjoint of `c_attn`'s output, split three ways, gives q, k and v's; the input of `c_proj`, reshaped,
+z's). Every tap it reads from the model has its gradient, `hook_rot_q`, `hook_rot_k` and `hook_pattern` of the
+Llama included (the attention function's own arguments and result); the taps it does not expose have none
+(`UNEXPOSED`, ln_final's). `probs` and the logit lens, which it computes itself, are off the loss's path: no
+gradient anyway. The training step is torch.optim.AdamW (foreach=False, the no_decay group) on the model's own
+parameters, the batch's loss the sum of every case's cross-entropy over its cells.
 """
 
 from __future__ import annotations
@@ -55,13 +68,14 @@ import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._backends.quiet import silenced
-from parity_harness._core.errors import FixtureError
+from parity_harness._core.errors import BackendFailed, FixtureError
 
 if TYPE_CHECKING:
     import torch
 
     from parity_harness._fixture.fixture import Fixture
     from parity_reference.config import GPTConfig
+    from parity_reference.training import TrainingSpec
 
 # The taps transformers' GPT-2 never materializes as a module's input or output.
 UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized",
@@ -171,6 +185,246 @@ class HFTransformersBackend(Backend):
         H, dh = config.n_head, config.d_head
         yield from _cases(fixture, config, precision, wanted, lambda taps: _hooks(model, taps, H, dh),
                           lambda x: model.lm_head(model.transformer.ln_f(x)), model)
+
+    # -- the backward and the training step (parity run --grad) -------------------------------------------------
+
+    def supports_grad(self, fixture: Fixture) -> bool:
+        return True
+
+    def supported_grads(self, fixture: Fixture) -> list[str]:
+        """Every gradient of a tap it reads from the model, and every parameter's."""
+        from parity_reference.training import GRAD_SUFFIX
+
+        readable = set(self.supported_taps(fixture)) | set(fixture.model.param_shapes())
+        return [n for n in fixture.grad_names() if n.removesuffix(GRAD_SUFFIX) in readable]
+
+    def grad(self, fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
+        import torch
+
+        from parity_reference.backward import case_loss
+        from parity_reference.training import GRAD_SUFFIX, grad_name
+
+        spec, model, params = _grad_model(fixture, self.name, precision, every=True)
+        taps = [n.removesuffix(GRAD_SUFFIX) for n in self.supported_grads(fixture)]
+        taps = [t for t in taps if t not in params]
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for name in spec.cases:
+            tokens = list(fixture.case(name).tokens)
+            found: dict[str, tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]] = {}
+            full = _grad_forward(fixture, model, tokens, found)  # (1, T, V)
+            ids = torch.tensor(tokens, dtype=torch.int64)  # (T,)
+            loss = case_loss(full[0], ids)  # ()
+            missing = [t for t in taps if t not in found]
+            if missing:
+                raise RuntimeError(f"transformers' model did not show the tap {missing[0]!r} to its hooks")
+            unique = list({id(found[t][0]): found[t][0] for t in taps}.values())
+            grads = torch.autograd.grad(loss, [*unique, *params.values()], allow_unused=True)
+            by_id = {id(t): g for t, g in zip(unique, grads[: len(unique)], strict=True)}
+            result = {"loss": loss.detach().numpy().copy()}
+            for tap in taps:
+                tensor, to_tap = found[tap]
+                g = by_id[id(tensor)]
+                if g is None:
+                    raise RuntimeError(f"the tensor of tap {tap!r} is not on the loss's path in transformers' model")
+                value = to_tap(g)
+                if tuple(value.shape) != fixture.tap_shape(tap, fixture.case(name)):
+                    raise RuntimeError(f"the gradient of tap {tap!r} has shape {tuple(value.shape)}")
+                result[grad_name(tap)] = value.detach().contiguous().numpy().copy()
+            for (pname, p), g in zip(params.items(), grads[len(unique):], strict=True):
+                g = torch.zeros_like(p) if g is None else g
+                result[grad_name(pname)] = g.detach().contiguous().numpy().copy()
+            out[name] = result
+        return out
+
+    def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
+        import torch
+
+        from parity_reference.backward import case_loss
+        from parity_reference.training import predicted_cells, step_key
+
+        spec, model, params = _grad_model(fixture, self.name, precision, every=False)
+        decay = [p for n, p in params.items() if spec.decays(n)]
+        rest = [p for n, p in params.items() if not spec.decays(n)]
+        groups: list[dict[str, Any]] = [{"params": rest, "weight_decay": 0.0}]
+        if decay:
+            groups.insert(0, {"params": decay, "weight_decay": spec.weight_decay})
+        opt = torch.optim.AdamW(groups, lr=spec.lr[0], betas=spec.betas, eps=spec.eps, foreach=False, fused=False)
+        batch = [list(fixture.case(name).tokens) for name in spec.cases]
+        total = sum(predicted_cells(len(tokens)) for tokens in batch)
+        out: dict[str, np.ndarray] = {}
+        for s in range(1, spec.steps + 1):
+            for group in opt.param_groups:
+                group["lr"] = spec.lr[s - 1]
+            opt.zero_grad(set_to_none=True)
+            loss: Any = None
+            for tokens in batch:  # the batch's summed cross-entropy, case by case, over every predicted cell
+                full = _grad_forward(fixture, model, tokens, {})  # (1, T, V)
+                part = case_loss(full[0], torch.tensor(tokens, dtype=torch.int64), reduction="sum")  # ()
+                loss = part if loss is None else loss + part
+            loss = loss / total  # ()
+            loss.backward()
+            with torch.no_grad():
+                sq = torch.zeros((), dtype=loss.dtype)  # ()
+                for p in params.values():
+                    sq = sq + (p.grad * p.grad).sum()
+                norm = torch.sqrt(sq)  # ()
+            opt.step()
+            out[step_key(s, "loss")] = loss.detach().numpy().copy()
+            out[step_key(s, "grad_norm")] = norm.numpy().copy()
+            for name, p in params.items():
+                out[step_key(s, name)] = p.detach().numpy().copy()
+        return out
+
+
+Found = dict[str, tuple["torch.Tensor", Callable[["torch.Tensor"], "torch.Tensor"]]]  # tap -> (tensor, to the tap)
+
+
+def _grad_model(fixture: Fixture, backend: str, precision: Precision,
+                every: bool) -> tuple[TrainingSpec, Any, dict[str, Any]]:
+    """The training spec, transformers' model of the fixture in the precision (as `run_cases` builds it), and the
+    fixture's parameters as the model's own, by the fixture's names. `every`: every parameter of the model requires
+    a gradient (a sinusoidal fixture's position table too, so that `hook_pos_embed` is on the graph); else the
+    fixture's only (the ones AdamW trains)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    spec = _training_spec(fixture, backend, precision)
+    config: Any = fixture.model.config
+    for name in spec.cases:
+        if len(fixture.case(name).tokens) > config.n_ctx:
+            raise FixtureError(f"case {name!r}: {len(fixture.case(name).tokens)} tokens, more than the context "
+                               f"({config.n_ctx})")
+    torch.set_num_threads(1)
+    weights = fixture.weights()
+    if fixture.family == "llama":
+        model, prefix = hf_llama_model(weights, config, precision), ""
+    else:
+        model, prefix = hf_model(weights, config, precision), "transformer."
+    model.requires_grad_(every)
+    params = {name: model.get_parameter(prefix + name) for name in fixture.model.param_shapes()}
+    for p in params.values():
+        p.requires_grad_(True)
+    return spec, model, params
+
+
+def _grad_forward(fixture: Fixture, model: Any, tokens: list[int], found: Found) -> Any:
+    """transformers' logits (1, T, V) of one case with autograd on, the tap tensors its hooks see put in `found`."""
+    import torch
+
+    if fixture.family == "llama":
+        config: Any = fixture.model.config
+        handles = _llama_grad_hooks(model, found, config)
+    else:
+        handles = _grad_hooks(model, found, fixture.config.n_head, fixture.config.d_head)
+    try:
+        with silenced(("transformers",)):
+            full = model(input_ids=torch.tensor([tokens], dtype=torch.int64), use_cache=False).logits  # (1, T, V)
+    finally:
+        for h in handles:
+            h.remove()
+        if fixture.family == "llama":
+            for layer in model.model.layers:
+                layer.self_attn._parity_record = None
+    found["logits"] = (full, lambda g: g[0])
+    return full
+
+
+def _first(value: Any) -> Any:
+    """A module's output tensor (the first of a tuple), with its batch axis."""
+    return value[0] if isinstance(value, tuple) else value
+
+
+def _row(g: Any) -> Any:
+    return g[0]  # (T, ...): batch row 0
+
+
+def _heads(heads: int, dh: int) -> Callable[[Any], Any]:
+    return lambda g: g[0].reshape(g.shape[1], heads, dh)  # (1, T, heads * dh) -> (T, heads, dh)
+
+
+def _grad_hooks(model: Any, found: Found, H: int, dh: int) -> list[Any]:
+    """Hooks on transformers' GPT-2 that keep, for each tap, the tensor on the loss's path it is read from."""
+    tr = model.transformer
+    handles: list[Any] = []
+
+    def out(name: str, to_tap: Callable[[Any], Any] = _row, index: int = 0) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            found[name] = (output[index] if isinstance(output, tuple) else output, to_tap)
+        return hook
+
+    def inp(name: str, to_tap: Callable[[Any], Any] = _row) -> Any:
+        def hook(_module: Any, args: Any, kwargs: Any) -> None:
+            found[name] = (args[0] if args else kwargs["hidden_states"], to_tap)
+        return hook
+
+    def column_block(j: int) -> Callable[[Any], Any]:
+        return lambda g: g[0, :, j * H * dh:(j + 1) * H * dh].reshape(g.shape[1], H, dh)  # (1, T, 3d) -> (T, H, dh)
+
+    def qkv(b: str) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            for j, tap in enumerate("qkv"):  # q, k, v: column blocks of c_attn's output
+                found[f"{b}.attn.hook_{tap}"] = (output, column_block(j))
+        return hook
+
+    handles.append(tr.wte.register_forward_hook(out("hook_embed")))
+    handles.append(tr.wpe.register_forward_hook(out("hook_pos_embed", lambda g: g[0] if g.dim() == 3 else g)))
+    for i, block in enumerate(tr.h):
+        b = f"blocks.{i}"
+        handles.append(block.register_forward_pre_hook(inp(f"{b}.hook_resid_pre"), with_kwargs=True))
+        handles.append(block.attn.c_attn.register_forward_hook(qkv(b)))
+        handles.append(block.attn.register_forward_hook(out(f"{b}.attn.hook_pattern", index=1)))
+        handles.append(block.attn.c_proj.register_forward_pre_hook(inp(f"{b}.attn.hook_z", _heads(H, dh)),
+                                                                   with_kwargs=True))
+        handles.append(block.attn.register_forward_hook(out(f"{b}.hook_attn_out")))
+        handles.append(block.ln_2.register_forward_pre_hook(inp(f"{b}.hook_resid_mid"), with_kwargs=True))
+        handles.append(block.mlp.c_fc.register_forward_hook(out(f"{b}.mlp.hook_pre")))
+        handles.append(block.mlp.act.register_forward_hook(out(f"{b}.mlp.hook_post")))
+        handles.append(block.mlp.register_forward_hook(out(f"{b}.hook_mlp_out")))
+        handles.append(block.register_forward_hook(out(f"{b}.hook_resid_post")))
+    return handles
+
+
+def _llama_grad_hooks(model: Any, found: Found, config: Any) -> list[Any]:
+    """Hooks on transformers' Llama (and its attention function's recorder) keeping each tap's tensor."""
+    dh = config.d_head
+    handles: list[Any] = []
+
+    def out(name: str, to_tap: Callable[[Any], Any] = _row) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            found[name] = (_first(output), to_tap)
+        return hook
+
+    def inp(name: str, to_tap: Callable[[Any], Any] = _row) -> Any:
+        def hook(_module: Any, args: Any, kwargs: Any) -> None:
+            found[name] = (args[0] if args else kwargs["hidden_states"], to_tap)
+        return hook
+
+    def attention(b: str) -> Any:
+        def record(query: Any, key: Any, pattern: Any) -> None:
+            found[f"{b}.attn.hook_rot_q"] = (query, lambda g: g[0].transpose(0, 1))  # (1, H, T, dh) -> (T, H, dh)
+            found[f"{b}.attn.hook_rot_k"] = (key, lambda g: g[0].transpose(0, 1))  # (1, Hkv, T, dh)
+            found[f"{b}.attn.hook_pattern"] = (pattern, _row)  # (1, H, T, T)
+        return record
+
+    handles.append(model.model.embed_tokens.register_forward_hook(out("hook_embed")))
+    for i, layer in enumerate(model.model.layers):
+        b, attn, mlp = f"blocks.{i}", layer.self_attn, layer.mlp
+        handles.append(layer.register_forward_pre_hook(inp(f"{b}.hook_resid_pre"), with_kwargs=True))
+        handles.append(attn.q_proj.register_forward_hook(out(f"{b}.attn.hook_q", _heads(config.n_head, dh))))
+        handles.append(attn.k_proj.register_forward_hook(out(f"{b}.attn.hook_k", _heads(config.n_kv_heads, dh))))
+        handles.append(attn.v_proj.register_forward_hook(out(f"{b}.attn.hook_v", _heads(config.n_kv_heads, dh))))
+        attn._parity_record = attention(b)
+        handles.append(attn.o_proj.register_forward_pre_hook(inp(f"{b}.attn.hook_z", _heads(config.n_head, dh)),
+                                                             with_kwargs=True))
+        handles.append(attn.register_forward_hook(out(f"{b}.hook_attn_out")))
+        handles.append(layer.post_attention_layernorm.register_forward_pre_hook(inp(f"{b}.hook_resid_mid"),
+                                                                               with_kwargs=True))
+        handles.append(mlp.gate_proj.register_forward_hook(out(f"{b}.mlp.hook_pre")))
+        handles.append(mlp.up_proj.register_forward_hook(out(f"{b}.mlp.hook_pre_linear")))
+        handles.append(mlp.down_proj.register_forward_pre_hook(inp(f"{b}.mlp.hook_post"), with_kwargs=True))
+        handles.append(mlp.register_forward_hook(out(f"{b}.hook_mlp_out")))
+        handles.append(layer.register_forward_hook(out(f"{b}.hook_resid_post")))
+    return handles
 
 
 def _cases(fixture: Fixture, config: Any, precision: Precision, wanted: set[str],
@@ -445,3 +699,20 @@ def _llama_hooks(model: Any, taps: dict[str, torch.Tensor], config: Any) -> list
         handles.append(mlp.register_forward_hook(out(f"{b}.hook_mlp_out")))
         handles.append(layer.register_forward_hook(out(f"{b}.hook_resid_post")))
     return handles
+
+
+def _training_spec(fixture: Fixture, backend: str, precision: Precision) -> TrainingSpec:
+    """The fixture's training section for `grad`/`train` (each torch-family backend has this check; backends are
+    leaves): one line when the fixture has none, the precision is not fp32 or fp64, or a training case holds a
+    token outside the vocabulary."""
+    if precision not in ("fp32", "fp64"):  # the backward's tiers (base.py)
+        raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
+    spec = fixture.training()
+    if spec is None:
+        raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
+    vocab_size = fixture.model.config.vocab_size
+    for name in spec.cases:
+        bad = [t for t in fixture.case(name).tokens if not 0 <= t < vocab_size]
+        if bad:
+            raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
+    return spec

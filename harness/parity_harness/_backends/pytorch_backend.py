@@ -10,6 +10,11 @@ for `parity attribute`) with the same functions of model.py, its weights cast on
 On a Llama fixture (`fixture.family == "llama"`) it runs parity_reference/llama_model.py the same way, in
 the same four precisions, and decodes with its `prefill`/`decode_step` (a [n_kv_heads, T, d_head] cache);
 `run_layer` is GPT-2's only.
+
+Its backward (`parity run --grad`, fp32 and fp64, both families) is the goldens' own computation:
+`parity_reference.backward.case_gradients` (torch autograd through the reference, every tap on the loss's path
+and every parameter) for each training case, and `train_steps` (torch.optim.AdamW, one tensor at a time) on the
+fixture's weights and its training batch (the manifest's `training` section).
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision
-from parity_harness._core.errors import FixtureError
+from parity_harness._core.errors import BackendFailed, FixtureError
 from parity_harness._fixture.decoding import reference_decode
 from parity_reference.run import reference_taps, torch_params
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.training import TrainingSpec
 
 
 class PyTorchBackend(Backend):
@@ -61,6 +67,23 @@ class PyTorchBackend(Backend):
 
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
+
+    def supports_grad(self, fixture: Fixture) -> bool:
+        return True
+
+    def grad(self, fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
+        from parity_reference.backward import case_gradients
+
+        spec = _training_spec(fixture, self.name, precision)
+        weights, config = fixture.weights(), fixture.model.config
+        return {name: case_gradients(weights, config, fixture.case(name).tokens, precision) for name in spec.cases}
+
+    def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
+        from parity_reference.backward import train_steps
+
+        spec = _training_spec(fixture, self.name, precision)
+        batch = [fixture.case(name).tokens for name in spec.cases]
+        return train_steps(fixture.weights(), fixture.model.config, batch, spec, precision)
 
     def supports_layers(self, fixture: Fixture) -> bool:
         return fixture.family == "gpt2"
@@ -116,3 +139,20 @@ def _family_run_with_taps(family: str) -> Any:
 
         return llama_model.run_with_taps
     return None
+
+
+def _training_spec(fixture: Fixture, backend: str, precision: Precision) -> TrainingSpec:
+    """The fixture's training section for `grad`/`train` (each torch-family backend has this check; backends are
+    leaves): one line when the fixture has none, the precision is not fp32 or fp64, or a training case holds a
+    token outside the vocabulary."""
+    if precision not in ("fp32", "fp64"):  # the backward's tiers (base.py)
+        raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
+    spec = fixture.training()
+    if spec is None:
+        raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
+    vocab_size = fixture.model.config.vocab_size
+    for name in spec.cases:
+        bad = [t for t in fixture.case(name).tokens if not 0 <= t < vocab_size]
+        if bad:
+            raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
+    return spec
