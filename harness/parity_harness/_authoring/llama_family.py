@@ -404,13 +404,11 @@ def write_toy_llama(root: Path, weights: Mapping[str, np.ndarray], seed: int, pr
 
 
 def training_spec(cases: Sequence[Case], config: LlamaConfig) -> TrainingSpec:
-    """The Llama fixtures' training step (toy-llama's): the lesson's AdamW and schedule, a weight decay of 0.1 on
-    the matrices only (the RMSNorm gains excluded, as nanoGPT does)."""
-    from parity_harness._authoring.training_writer import one_dimensional, training_cases
-    from parity_reference.backward import lesson_spec
+    """The Llama fixtures' training step (toy-llama's): the lesson's AdamW and schedule, a weight decay on the
+    matrices only (the RMSNorm gains excluded, as nanoGPT does: `training_writer.decayed_spec`)."""
+    from parity_harness._authoring.training_writer import decayed_spec
 
-    return lesson_spec(training_cases(cases), weight_decay=0.1,
-                       no_decay=one_dimensional(llama_param_shapes(config)))
+    return decayed_spec(cases, llama_param_shapes(config))
 
 
 def export_toy_llama(root: Path, seed: int = 0, progress: Progress = print) -> None:

@@ -49,7 +49,6 @@ MLP_SCALE = 8.0  # multiplies every c_fc (weight and bias); the MLP's c_proj.wei
 # Tolerance = BUDGET_FACTOR x the golden's measured error: a float32 implementation may be as far from
 # the truth as the golden is, on the other side (2x), and another summation order or CPU gets 2x more.
 BUDGET_FACTOR = 4.0
-STRESS_DECAY = 0.1  # the training step's weight decay on the matrices (the lesson's is 0.0)
 PAIR_REPEATS = 8  # an adversarial candidate is a token pair (a, b) repeated to 2 * 8 = 16 tokens
 
 Progress = Callable[[str], None]
@@ -160,14 +159,13 @@ def stress_tolerances(budget: Mapping[str, Mapping[str, float]]) -> dict[str, An
 
 
 def stress_training(cases: Sequence[Case], config: GPTConfig) -> TrainingSpec:
-    """The stress fixture's training step: the lesson's AdamW and schedule, with a weight decay of 0.1 on the
-    matrices only (gains and biases excluded, as nanoGPT does), so that a decay applied where it is excluded (or
-    the reverse) shows."""
-    from parity_harness._authoring.training_writer import one_dimensional, training_cases
-    from parity_reference.backward import lesson_spec
+    """The stress fixture's training step: the lesson's AdamW and schedule, with a weight decay on the matrices
+    only (gains and biases excluded, as nanoGPT does), so that a decay applied where it is excluded (or the reverse)
+    shows (`training_writer.decayed_spec`)."""
+    from parity_harness._authoring.training_writer import decayed_spec
     from parity_reference.config import param_shapes
 
-    return lesson_spec(training_cases(cases), weight_decay=STRESS_DECAY, no_decay=one_dimensional(param_shapes(config)))
+    return decayed_spec(cases, param_shapes(config))
 
 
 def write_stress_fixture(root: Path, toy_root: Path, with_onnx: bool = True, progress: Progress = print) -> None:

@@ -81,6 +81,19 @@ def add_training(root: Path, weights: Mapping[str, np.ndarray], config: ModelCon
         extend_manifest(root, {**section, "units": units}, files, key="training")
 
 
+# The weight decay of the fixtures whose training step decays (toy-stress, toy-llama): the lesson's is 0.0, so a decay
+# applied where it is excluded (or the reverse) would be invisible on the toy.
+DECAY = 0.1
+
+
+def decayed_spec(cases: Sequence[Case], param_shapes: Mapping[str, Sequence[int]]) -> TrainingSpec:
+    """The lesson's AdamW and schedule with a weight decay of DECAY on the matrices only (gains and biases excluded,
+    as nanoGPT does)."""
+    from parity_reference.backward import lesson_spec
+
+    return lesson_spec(training_cases(cases), weight_decay=DECAY, no_decay=one_dimensional(param_shapes))
+
+
 def spec_for_kind(kind: str | None, cases: Sequence[Case], config: ModelConfig) -> TrainingSpec:
     """The training step parity writes for a fixture of `kind` (`fixture_kind`): the lesson's AdamW on the toy and
     the presets (weight decay 0.0, as train_tiny.py), a decay of 0.1 on the matrices for toy-stress and toy-llama;
@@ -88,10 +101,8 @@ def spec_for_kind(kind: str | None, cases: Sequence[Case], config: ModelConfig) 
     from parity_reference.backward import lesson_spec
     from parity_reference.families import family_of
 
-    if kind == "toy-stress":
-        from parity_harness._authoring.stress import stress_training
-
-        return stress_training(cases, config)  # type: ignore[arg-type]
+    if kind == "toy-stress":  # _authoring/stress.py's `stress_training`
+        return decayed_spec(cases, family_of(config).module("params").param_shapes(config))
     authoring = family_of(config).module("authoring")
     if hasattr(authoring, "training_spec") and kind is not None and kind != "toy":
         return authoring.training_spec(cases, config)  # type: ignore[no-any-return]
@@ -190,5 +201,5 @@ def check_training_goldens(fixture: Fixture, regen: Fixture, say: Callable[[str]
     return problems
 
 
-__all__ = ["LOSS", "add_training", "check_training_goldens", "add_training_to_fixture", "one_dimensional", "spec_for_kind", "training_cases",
+__all__ = ["DECAY", "LOSS", "add_training", "decayed_spec", "check_training_goldens", "add_training_to_fixture", "one_dimensional", "spec_for_kind", "training_cases",
            "training_section", "write_training_files"]

@@ -39,8 +39,11 @@ Progress = Callable[[str], None]
 
 
 def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: list[Precision],
-                  progress: Progress | None = None) -> GradReport:
-    """Run every backend's backward and training steps in every wanted precision it computes in; judge them."""
+                  progress: Progress | None = None,
+                  release_memory: Callable[[], None] = lambda: None) -> GradReport:
+    """Run every backend's backward and training steps in every wanted precision it computes in; judge them.
+    `release_memory`: called after each backend x precision's results are judged and dropped (the runner's)."""
+
     say = progress or (lambda _msg: None)
     spec = fixture.training()
     if spec is None:
@@ -51,6 +54,8 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
                         spec=spec, c=dict(section.c), n_budgeted=len(section.units))
     goldens = {p: lazy_training(fixture, p) for p in ("fp32", "fp64")}  # each tensor read when judged
     tol = grad_tolerances(fixture, *goldens["fp64"])
+    fixture.release_weights()  # read for the tolerances; a GPT-2-sized backend reads its own copy
+    release_memory()
     kept: Kept = {}  # the candidates' arrays where a first divergence can be, for its likely cause
     for backend in [guarded(b) for b in backends]:
         if backend.declined(fixture) or not backend.has_backward(fixture):
@@ -66,17 +71,23 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
             say(f"parity: the backward of {backend.name} ({precision}) ...")
             start = time.perf_counter()
             grads = backend.gradients(fixture, precision, names)
-            train = backend.trained(fixture, precision) if trains else None
-            report.runs.append(GradRun(backend.name, precision, time.perf_counter() - start))
+            seconds = time.perf_counter() - start
             for tier in tiers_for(precision):
-                grad_golden, train_golden = goldens[tier]
-                report.checks += judge_backward(fixture, backend.name, precision, tier, grads, grad_golden, names,
+                report.checks += judge_backward(fixture, backend.name, precision, tier, grads, goldens[tier][0], names,
                                                 tol)
-                if train is not None:
+            keep_candidates(kept, report, backend.name, precision, grads, None)  # for the causes (grad_causes.py)
+            del grads  # judged: not held while the training steps compute (a GPT-2-sized fixture's 1 GB)
+            release_memory()
+            start = time.perf_counter()
+            train = backend.trained(fixture, precision) if trains else None
+            report.runs.append(GradRun(backend.name, precision, seconds + time.perf_counter() - start))
+            if train is not None:
+                for tier in tiers_for(precision):
                     report.train_checks += judge_training(fixture, backend.name, precision, tier, train,
-                                                          train_golden, tol)
-            keep_candidates(kept, report, backend.name, precision, grads, train)  # for the causes (grad_causes.py)
-            del grads, train  # judged: not held while the next precision computes
+                                                          goldens[tier][1], tol)
+                keep_candidates(kept, report, backend.name, precision, {}, train)
+            del train  # judged: not held while the next precision computes
+            release_memory()
     report.fold()
     name_causes(fixture, report, kept, goldens, tol)  # each first divergence's likely cause, from the numbers
     _locate(fixture, report)

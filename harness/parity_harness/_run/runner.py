@@ -145,7 +145,7 @@ def run_parity(
     if grad and report.crash is None:
         from parity_harness._run.grad_check import run_gradients
 
-        report.grad = run_gradients(fixture, guards, wanted, say)
+        report.grad = run_gradients(fixture, guards, wanted, say, release_memory)
     finish_report(report, fixture)
     return report
 

@@ -271,10 +271,12 @@ def __getattr__(name: str) -> object:  # `CATALOG`, made on first use (PEP 562)
 
 def backward_mutants() -> tuple[Mutant, ...]:
     """The backward mutants (parity_harness/_tools/grad_mutants.py), kept apart from `CATALOG`: the gradient check
-    judges them, the selftest reports them in their own section."""
-    from parity_harness._tools.grad_mutants import MUTANTS
+    judges them, the selftest reports them in their own section. Read by name, as each family's mutants are (its
+    table's `code.mutants`): that module builds on this one's `Mutant`."""
+    import importlib
 
-    return MUTANTS
+    mutants: tuple[Mutant, ...] = importlib.import_module("parity_harness._tools.grad_mutants").MUTANTS
+    return mutants
 
 
 def by_name(names: list[str] | None) -> list[Mutant]:
