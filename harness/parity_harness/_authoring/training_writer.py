@@ -201,5 +201,5 @@ def check_training_goldens(fixture: Fixture, regen: Fixture, say: Callable[[str]
     return problems
 
 
-__all__ = ["DECAY", "LOSS", "add_training", "decayed_spec", "check_training_goldens", "add_training_to_fixture", "one_dimensional", "spec_for_kind", "training_cases",
-           "training_section", "write_training_files"]
+__all__ = ["DECAY", "LOSS", "add_training", "add_training_to_fixture", "check_training_goldens", "decayed_spec",
+           "one_dimensional", "spec_for_kind", "training_cases", "training_section", "write_training_files"]
