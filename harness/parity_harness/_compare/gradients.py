@@ -31,7 +31,7 @@ gradient at its tolerance, sqrt(sum over parameters of size x atol^2).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -107,29 +107,62 @@ def adamw_trajectory(p0: np.ndarray, grads: Sequence[np.ndarray], spec: Training
     return out
 
 
+class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
+    """(tier, "step{s}/{name}") -> what the gradients' tolerances carry into that training record through AdamW,
+    each computed when it is looked up and not kept: a parameter's from its own weights and batch gradients (read
+    one tensor at a time), so a GPT-2-sized fixture's allowances (124 M per tier and step) never sit in memory."""
+
+    TIERS = ("fp32", "fp64")
+
+    def __init__(self, fixture: Fixture, spec: TrainingSpec, train64: TrainOutput,
+                 atol: Callable[[str, str], float]) -> None:
+        self._fixture, self._spec, self._train64, self._atol = fixture, spec, train64, atol
+        self._params = fixture.model.param_shapes()
+        self._keys = [(tier, step_key(s, name)) for tier in self.TIERS for s in range(1, spec.steps + 1)
+                      for name in (LOSS, GRAD_NORM, *self._params)]
+        self._known = set(self._keys)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, key: tuple[str, str]) -> np.ndarray | float:
+        if key not in self._known:
+            raise KeyError(key)
+        tier, record = key
+        step, name = int(record.split("/", 1)[0].removeprefix("step")), record.split("/", 1)[1]
+        if name == GRAD_NORM:
+            return math.sqrt(sum(math.prod(shape) * self._atol(tier, n + GRAD_SUFFIX) ** 2
+                                 for n, shape in self._params.items()))
+        if name == LOSS:  # first order: the batch loss's change as the parameters move
+            return 0.0 if step == 1 else sum(
+                float(np.sum(np.abs(self._train64[step_key(step, n + GRAD_SUFFIX)]) * self[(tier, step_key(step - 1,
+                                                                                                            n))]))
+                for n in self._params)
+        return self._param(tier, name)[step - 1]
+
+    def _param(self, tier: str, name: str) -> list[np.ndarray]:
+        from parity_harness._fixture.files import open_checked, read_checked
+        from parity_reference.tensor_check import WEIGHTS, Expected
+
+        table = {name: Expected(("float32",), tuple(self._params[name]))}
+        f = open_checked(self._fixture.weights_path, {n: Expected(("float32",), tuple(s))
+                                                      for n, s in self._params.items()}, WEIGHTS)
+        p0 = dict(read_checked(f, table, WEIGHTS))[name]
+        spec, steps = self._spec, range(1, self._spec.steps + 1)
+        grads = [np.asarray(self._train64[step_key(s, name + GRAD_SUFFIX)], dtype=np.float64) for s in steps]
+        delta = self._atol(tier, name + GRAD_SUFFIX)
+        base = adamw_trajectory(p0, grads, spec, spec.decays(name))
+        up = adamw_trajectory(p0, [g + delta for g in grads], spec, spec.decays(name))
+        down = adamw_trajectory(p0, [g - delta for g in grads], spec, spec.decays(name))
+        return [np.maximum(np.abs(u - b), np.abs(d - b)) for b, u, d in zip(base, up, down, strict=True)]
+
+
 def _allowances(fixture: Fixture, spec: TrainingSpec, train64: TrainOutput,
-                atol: Callable[[str, str], float]) -> dict[tuple[str, str], np.ndarray | float]:
-    weights = fixture.weights()
-    out: dict[tuple[str, str], np.ndarray | float] = {}
-    steps = range(1, spec.steps + 1)
-    for tier in ("fp32", "fp64"):
-        norm_sq = 0.0
-        for name, p0 in weights.items():
-            grads = [np.asarray(train64[step_key(s, name + GRAD_SUFFIX)], dtype=np.float64) for s in steps]
-            delta = atol(tier, name + GRAD_SUFFIX)
-            norm_sq += p0.size * delta * delta
-            base = adamw_trajectory(p0, grads, spec, spec.decays(name))
-            up = adamw_trajectory(p0, [g + delta for g in grads], spec, spec.decays(name))
-            down = adamw_trajectory(p0, [g - delta for g in grads], spec, spec.decays(name))
-            for s, (b, u, d) in enumerate(zip(base, up, down, strict=True), 1):
-                out[(tier, step_key(s, name))] = np.maximum(np.abs(u - b), np.abs(d - b))
-        for s in steps:
-            out[(tier, step_key(s, GRAD_NORM))] = math.sqrt(norm_sq)
-            moved = 0.0 if s == 1 else sum(  # first order: the batch loss's change as the parameters move
-                float(np.sum(np.abs(train64[step_key(s, n + GRAD_SUFFIX)]) * out[(tier, step_key(s - 1, n))]))
-                for n in weights)
-            out[(tier, step_key(s, LOSS))] = moved
-    return out
+                atol: Callable[[str, str], float]) -> Mapping[tuple[str, str], np.ndarray | float]:
+    return _Allowances(fixture, spec, train64, atol)
 
 
 def grad_tolerances(fixture: Fixture, golden64: GradOutput, train64: TrainOutput) -> GradTolerances:

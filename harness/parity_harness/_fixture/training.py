@@ -74,7 +74,8 @@ def training_table(fixture: Fixture, precision: Precision) -> dict[str, Expected
     return table
 
 
-def golden_training(fixture: Fixture, precision: Precision) -> tuple[GradOutput, TrainOutput]:
+def golden_training(fixture: Fixture, precision: Precision) -> tuple[dict[str, dict[str, np.ndarray]],
+                                                                    dict[str, np.ndarray]]:
     """One tier's gradient goldens ({case: {name: array}}, {step key: array}), every key, dtype and shape of
     `training_table` checked against the header, nothing extra, every value finite; each array read-only."""
     from parity_harness._fixture.files import open_checked, read_checked
