@@ -272,5 +272,5 @@ def install_check(session: nox.Session) -> None:
     empty.mkdir()
     session.chdir(empty)
     pip_backends = ("pytorch,numpy,onnx-reference,onnxruntime,onnxruntime-optimized,typescript,hf-transformers,"
-                    "openvino,transformerlens,torch-compile")
+                    "openvino,transformerlens,torch-compile,jax")
     session.run("parity", "run", "--backends", pip_backends, *session.posargs, env={"PARITY_TS_DIR": ""})

@@ -255,6 +255,7 @@ BUILTIN_PRECISIONS = {
     "openvino": {"fp32"},
     "transformerlens": {"fp32", "fp64"},
     "torch-compile": {"fp32", "fp64"},
+    "jax": {"fp32", "fp64"},
 }
 
 
