@@ -253,6 +253,10 @@ def bench(session: nox.Session) -> None:
     time and measure (peak RSS of the process tree) `parity run` per backend, over the preset's acceptance set
     (llama-small: pytorch, numpy, onnxruntime, hf-transformers within 90 s and 4 GB, issue 38) and over all of
     them, printing the CPU, its cores and the load average beside every row (docs/performance.md).
+    `nox -s bench -- --preset gpt2-small --grad [--repeat N]`: the backward (issue 39): the preset and its gradient
+    goldens (`parity export --training-only`), then per backend of pytorch, numpy and hf-transformers `parity run`
+    and `parity run --grad`, the backward checks' time over the forward run's (target 3x) and the --grad run's peak
+    RSS (target 6 GB).
     """
     session.install("-e", ".[all]")
     session.run("npm", "ci", "--no-audit", "--no-fund", external=False)  # the browser backends (docs/browser.md)

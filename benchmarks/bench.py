@@ -22,6 +22,15 @@ peak RSS of the whole tree (benchmarks/treemem.py) beside a floor: the backend's
 runs Node, one read of the file it loads, and its compute at BLAS speed (the forward pass's FLOPs over NumPy's
 measured GEMM rate) in each precision it runs; with the CPU, its cores and the load average beside every row.
 docs/performance.md has the tables.
+
+`python -m benchmarks.bench --preset gpt2-small --grad [--keep DIR] [--backends A,B]` (`nox -s bench -- --preset
+gpt2-small --grad`): the backward instead (issue 39). Exports the preset as above, adds its gradient goldens
+(`parity export --training-only`: gpt2-small's longest case and one AdamW step, `SCALED_TRAINING` in
+_authoring/training_writer.py; wall time, peak memory, size on disk) unless the fixture has them, then, per backend
+of `GRAD_ACCEPTANCE` (pytorch, numpy, hf-transformers), `parity run --backends NAME` (the forward run) and
+`parity run --grad --backends NAME`, each a fresh process tree, alternately `--repeat` times: the backward check's
+time is the second's wall time less the first's (medians), printed over the forward run's beside the target (3x)
+with the `--grad` run's peak RSS (target 6 GB), the CPU, its cores and the load average.
 """
 
 from __future__ import annotations
@@ -214,6 +223,32 @@ class Acceptance:
 # measured by `nox -s bench`."
 ACCEPTANCE: dict[str, Acceptance] = {
     "llama-small": Acceptance("issue 38", ("pytorch", "numpy", "onnxruntime", "hf-transformers"), 90.0, 4000.0),
+}
+
+
+
+
+@dataclass(frozen=True)
+class GradAcceptance:
+    """A preset's backward target: on each of `backends`, the backward checks (`parity run --grad`'s wall time less
+    the forward run's) within `ratio` x the forward run's (`parity run`), and the `--grad` run within `megabytes` of
+    peak RSS (the process tree's)."""
+
+    issue: str
+    backends: tuple[str, ...]
+    ratio: float
+    megabytes: float
+
+    def verdict(self, backward: float, forward: float, peak_mb: float) -> str:
+        ok = backward <= self.ratio * forward and peak_mb <= self.megabytes
+        return (f"{'within' if ok else 'MISSES'} {self.issue}'s {self.ratio:g}x and {self.megabytes / 1000:g} GB "
+                f"({backward / forward:.2f}x, {peak_mb / 1000:.2f} GB)")
+
+
+# Issue 39: "On a generated gpt2-small, the backward checks of pytorch, numpy and hf-transformers run within 3x the
+# forward run's time and within 6 GB, measured by `nox -s bench`."
+GRAD_ACCEPTANCE: dict[str, GradAcceptance] = {
+    "gpt2-small": GradAcceptance("issue 39", ("pytorch", "numpy", "hf-transformers"), 3.0, 6000.0),
 }
 
 
@@ -436,6 +471,110 @@ def bench_preset(preset: str, keep: str | None, only: list[str] | None = None, k
     return 0
 
 
+def _grad_lines(output: str, backend: str) -> list[str]:
+    """`parity run --grad`'s per-tier lines of `backend`'s backward and training ("numpy  backward  fp32 vs ...")."""
+    return [ln.strip() for ln in output.splitlines()
+            if ln.split()[:2] in ([backend, "backward"], [backend, "training"])]
+
+
+def _hash_seconds(paths: list[Path]) -> float:
+    """Hashing `paths` two at a time, as loading a fixture does (`Fixture._check_hashes`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from parity_harness._fixture.files import sha256_file
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(sha256_file, paths))
+    return time.perf_counter() - start
+
+
+def bench_grad(preset: str, keep: str | None, only: list[str] | None = None, repeat: int = 1) -> int:
+    """Export `preset` and its gradient goldens, then per backend of its `GRAD_ACCEPTANCE` the forward run and the
+    `--grad` run, alternately `repeat` times (medians), each a process tree (`benchmarks.treemem.measure`)."""
+    from benchmarks.treemem import measure
+
+    target = GRAD_ACCEPTANCE.get(preset)
+    if target is None:
+        print(f"bench: --grad measures issue 39's target, set for {', '.join(GRAD_ACCEPTANCE)} only, not {preset}")
+        return 2
+    root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix=f"parity-{preset}-")) / "fixture"
+    cli = [sys.executable, "-m", "parity_harness"]
+    rows: list[str] = []
+    try:
+        steps = []
+        if not (root / "manifest.json").is_file():
+            steps.append((f"export --preset {preset}", [*cli, "export", "--preset", preset, "--fixture", str(root)]))
+        if not (root / "manifest.json").is_file() or load_fixture(str(root)).training() is None:
+            steps.append(("export --training-only", [*cli, "export", "--training-only", "--fixture", str(root)]))
+        for label, argv in steps:
+            before = _load()
+            m = measure(argv)
+            if m.returncode != 0:
+                print(m.output)
+                return m.returncode
+            rows.append(f"| {label:<34} | {m.wall:>8.1f} | {'':>8} | {'':>6} | {m.peak_mb:>13,.0f} | "
+                        f"{before} -> {_load():<5} | written: {_size(root)} in all |")
+        fixture = load_fixture(str(root))
+        spec = fixture.training()
+        assert spec is not None
+        goldens = {p: fixture.training_golden_path(p).stat().st_size / 1e6 for p in ("fp32", "fp64")}
+        hashing = _hash_seconds([fixture.training_golden_path(p) for p in ("fp32", "fp64")])
+        declared = dict(family_backends(fixture))
+        names = [n for n in target.backends if only is None or n in only]
+        print(f"GPT-2-shaped preset {preset} ({fixture.parameter_count():,} parameters), "
+              + (f"fixture in {root} (--keep)" if keep else "fixture in a temporary directory"))
+        print(f"target ({target.issue}): on {', '.join(target.backends)}, the backward checks (`parity run --grad`'s "
+              f"wall time less `parity run`'s) within {target.ratio:g}x the forward run's, and the --grad run "
+              f"within {target.megabytes / 1000:g} GB of peak RSS (the process tree); medians of {repeat}")
+        lengths = ", ".join(str(len(fixture.case(c).tokens)) for c in spec.cases)
+        print(f"gradient goldens: cases {', '.join(spec.cases)} ({lengths} tokens), "
+              f"{spec.steps} AdamW step(s), lr {', '.join(f'{x:g}' for x in spec.lr)}; "
+              f"fp32 {goldens['fp32']:,.0f} MB, fp64 {goldens['fp64']:,.0f} MB on disk; every load of the fixture "
+              f"hashes them (both runs below): {hashing:.1f} s here, two at a time")
+        print(f"CPU: {_cpu()}, {os.cpu_count()} cores; load: the 1-minute load average before -> after each row")
+        print(f"| {'what':<34} | {'wall (s)':>8} | {'fwd (s)':>8} | {'ratio':>6} | {'peak RSS (MB)':>13} "
+              f"| {'load':<12} | notes |")
+        print(f"|{'-' * 36}|{'-' * 10}|{'-' * 10}|{'-' * 8}|{'-' * 15}|{'-' * 14}|---|")
+        for row in rows:
+            print(row, flush=True)
+        for name in names:
+            why = declared.get(name, "does not declare the family")
+            if why is not None:
+                print(f"| {name:<34} | not run: {why} |", flush=True)
+                continue
+            run = [*cli, "run", "--fixture", str(root), "--backends", name, "--no-skip"]
+            before = _load()
+            fwd, grad, peaks, peak_fwd, out, code = [], [], [], [], "", 0
+            for _ in range(repeat):
+                f = measure(run)
+                g = measure([*run, "--grad"])
+                fwd.append(f.wall)
+                grad.append(g.wall)
+                peak_fwd.append(f.peak_mb)
+                peaks.append(g.peak_mb)
+                out, code = g.output, g.returncode
+            forward, wall = statistics.median(fwd), statistics.median(grad)
+            backward, peak = wall - forward, max(peaks)
+            lines = _grad_lines(out, name)
+            verdict = next((ln.split(":")[0] for ln in out.splitlines() if ln.startswith(("PASS", "FAIL"))),
+                           f"exit {code}")
+            has = "" if lines else "; NO BACKWARD LINES (the backend has no backward: not measured)"
+            aim = target.verdict(backward, forward, peak) if lines else "not measured"
+            load = f"{before} -> {_load()}"
+            print(f"| {name + ' forward':<34} | {forward:>8.1f} | {'':>8} | {'':>6} | {max(peak_fwd):>13,.0f} | "
+                  f"{load:<12} | `parity run` |")
+            print(f"| {name + ' --grad':<34} | {wall:>8.1f} | {forward:>8.1f} | {backward / forward:>5.2f}x "
+                  f"| {peak:>13,.0f} | {load:<12} | backward {backward:.1f} s; {verdict} (exit {code}); "
+                  f"{aim}{has} |", flush=True)
+            for ln in lines:
+                print(f"    {ln}")
+        return 0
+    finally:
+        if not keep:
+            shutil.rmtree(root.parent, ignore_errors=True)
+
+
 def _cpu() -> str:
     """The CPU's model name (Linux /proc/cpuinfo), else the platform's processor string."""
     try:
@@ -463,8 +602,14 @@ def main(argv: list[str] | None = None) -> int:
                                          "llama-mini)")
     parser.add_argument("--keep", metavar="DIR", help="with --preset: export into DIR (or reuse it) and keep it")
     parser.add_argument("--report", metavar="FILE", help="with --preset: keep the JSON report of the run over all")
+    parser.add_argument("--grad", action="store_true",
+                        help="with --preset gpt2-small: time the backward checks of pytorch, numpy and hf-transformers "
+                             "against their forward runs (issue 39: 3x and 6 GB); --repeat runs of each (default 1)")
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu()}, Python {platform.python_version()}")
+    if args.preset and args.grad:
+        return bench_grad(args.preset, args.keep, args.backends.split(",") if args.backends else None,
+                          args.repeat if "--repeat" in (argv if argv is not None else sys.argv) else 1)
     if args.preset:
         return bench_preset(args.preset, args.keep, args.backends.split(",") if args.backends else None, args.report)
     bench_toy(args.fixture, args.repeat, args.backends.split(",") if args.backends else None)
