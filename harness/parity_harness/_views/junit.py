@@ -150,6 +150,12 @@ def junit_element(report: Report) -> ET.Element:
         _tier_suites(root, tree.decoding.tiers, ".decoding", totals,
                      lambda d: decoding_paragraph(d, dec.sequences.get(d.case, []), dec.vocab))
         _greedy_suites(root, tree.decoding.greedy, totals)
+    if tree.grad is not None:  # `--grad`: the backward's gradients and the training steps, in their own suites
+        from parity_harness._views.gradients import divergence_paragraph as grad_paragraph
+
+        grad = tree.grad.source
+        _tier_suites(root, tree.grad.tiers, ".backward", totals, lambda d: grad_paragraph(d, grad))
+        _tier_suites(root, tree.grad.train_tiers, ".training", totals, lambda d: grad_paragraph(d, grad))
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)

@@ -60,6 +60,7 @@ def markdown_summary(report: Report) -> str:
         lines += ["", "### First divergences", ""]
         lines += [f"- {divergence_paragraph(d)}" for d in forward]
     lines += _decoding_lines(report, header)
+    lines += _grad_lines(report, header)
     hint = stale_hint(report)
     lines += ["", tolerances_line(report), *(["", hint] if hint else [])]
     if report.loose:
@@ -94,6 +95,26 @@ def _decoding_lines(report: Report, header: list[str]) -> list[str]:
                  "the golden's" + (f"; {dec.n_near_ties} near-tie(s)" if dec.n_near_ties else "") + ".")
     for d in node.divergences:
         lines.append(f"- {decoding_paragraph(d, dec.sequences.get(d.case, []), dec.vocab)}")
+    return lines
+
+
+def _grad_lines(report: Report, header: list[str]) -> list[str]:
+    """The gradient check (`--grad`): the same table for the backward and the training steps, their divergences."""
+    from parity_harness._views.gradients import divergence_paragraph as grad_paragraph
+
+    node = report.tree.grad
+    if node is None or not node.source.available:
+        return []
+    grad = node.source
+    lines = ["", f"### Backward ({len(grad.cases)} cases, the loss and {len(grad.names) - 1} gradients, nearest the "
+             f"loss first) and training ({grad.steps} AdamW steps)", ""]
+    for title, tiers in (("Backward", node.tiers), ("Training steps", node.train_tiers)):
+        if tiers:
+            lines += [f"{title}:", "", *_table(header, summary_rows(tiers)), ""]
+    if grad.not_supported:
+        lines.append(f"Backward not supported by: {', '.join(grad.not_supported)}.")
+    for d in node.divergences:
+        lines.append(f"- {grad_paragraph(d, grad)}")
     return lines
 
 
