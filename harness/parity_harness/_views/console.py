@@ -67,6 +67,22 @@ Step 0 is the prefill; each step k >= 1 feeds one token. `margin` is the golden'
 that step. A decoding failure (a "fail" result or greedy row) makes `passed` false and the exit code 1;
 a near-tie does not.
 
+Also added in version 1: `grad`, present when the run was asked for the gradient check (`parity run --grad`,
+docs/gradients.md):
+
+      "grad": {"available": bool, "cases": [str], "steps": int,
+               "names": [str],          # the backward's order: "loss", then gradients nearest the loss first
+               "train_names": [str],    # a step's order: "loss", "grad_norm", then every parameter
+               "spec": {...},           # the training section's optimizer (lr per step, betas, eps, decay, ...)
+               "passed": bool, "counts": {"passed": int, "failed": int},
+               "results": [...], "summaries": [...], "first_divergence": [...],                  # the backward
+               "train_results": [...], "train_summaries": [...], "train_first_divergence": [...],  # "step" set
+               "runs": [ {"backend", "precision", "seconds"} ],
+               "not_supported": [str], "not_training": [str]}
+
+Its records are the forward rows' (one judge). A failing gradient or training check makes `passed` false and the
+exit code 1; a `--grad` run where no backend has a backward compared nothing: exit 2.
+
 `status` is "ok", "fail" or "not_supported"; `passed` is null when not supported. JSON holds no
 infinity or NaN: such a number (an infinite error of a structural failure: shape, dtype, NaN, infinity
 mismatch; a -inf cell of a masked score) is written as null, and the object holding it names it in an
