@@ -296,6 +296,35 @@ def test_one_program_serves_every_case_length_of_the_toy() -> None:
     assert [padded_length(T, 1024) for T in (1, 16, 17, 100, 1000, 1024)] == [16, 16, 32, 128, 1024, 1024]
 
 
+@pytest.mark.parametrize("name", ["toy", "toy-llama"])
+def test_fp32_computes_in_float32_though_float64_is_enabled(name: str) -> None:
+    """jax_enable_x64 is on for the whole process; in fp32 only the position tables (sinusoidal, RoPE: float64, then
+    rounded once, as the reference) are float64: no float32 value is upcast, every matmul is float32, forward and
+    backward (the compiled programs' jaxprs)."""
+    from parity_harness._backends import jax_backend as jb
+
+    fixture, _ = _fixture(name)
+    jax = jb._jax()
+    params = BACKEND._params(fixture, "fp32")
+    ids, length, _ = BACKEND._tokens(fixture, "three", (1, 2, 3), 1)
+    forward = jb.FORWARDS[fixture.family]
+    on_path = tuple(t for t in fixture.tap_names if jb.has_backward(t))
+    programs = {
+        "forward": jax.make_jaxpr(lambda p, i, n: forward(p, fixture.model.config, i, n, None, None, True)[1]),
+        "backward": jax.make_jaxpr(jb._case_grad_fn(fixture.family, fixture.model.config, on_path)),
+    }
+    tables = {"iota", "broadcast_in_dim", "mul", "add", "neg", "div", "pow", "sin", "cos", "stack", "reshape",
+              "concatenate", "slice"}
+    for what, make in programs.items():
+        lines = [line.strip() for line in str(make(params, ids, length)).splitlines()]
+        wide = [line for line in lines if "f64[" in line.split("=", 1)[0]]
+        assert wide, f"{what}: no float64 position table at all"
+        assert all(line.split("=", 1)[1].split()[0].split("[")[0] in tables for line in wide), (what, wide)
+        assert not [line for line in lines if "new_dtype=float64" in line], what  # nothing upcast
+        matmuls = [line for line in lines if " dot_general[" in line]
+        assert matmuls and all(":f32[" in line.split("=", 1)[0] for line in matmuls), (what, matmuls[:3])
+
+
 # -- bad input -------------------------------------------------------------------------------------------------
 
 
