@@ -41,7 +41,7 @@ from parity_reference.backward import case_gradients, lesson_spec, train_steps
 from parity_reference.config import GPTConfig
 from parity_reference.families import load_family
 from parity_reference.llama_config import LlamaConfig
-from parity_reference.training import TrainingSpec, adam_bound, backward_names, step_key
+from parity_reference.training import TrainingSpec, adam_bound, backward_names, has_backward, step_key
 from tests.helpers import REPO, first_over, grad_errors
 
 pytest.importorskip("jax", reason="jax is not installed (pip install 'parity-harness[jax]')")
@@ -308,7 +308,7 @@ def test_fp32_computes_in_float32_though_float64_is_enabled(name: str) -> None:
     params = BACKEND._params(fixture, "fp32")
     ids, length, _ = BACKEND._tokens(fixture, "three", (1, 2, 3), 1)
     forward = jb.FORWARDS[fixture.family]
-    on_path = tuple(t for t in fixture.tap_names if jb.has_backward(t))
+    on_path = tuple(t for t in fixture.tap_names if has_backward(t))
     programs = {
         "forward": jax.make_jaxpr(lambda p, i, n: forward(p, fixture.model.config, i, n, None, None, True)[1]),
         "backward": jax.make_jaxpr(jb._case_grad_fn(fixture.family, fixture.model.config, on_path)),
