@@ -268,6 +268,28 @@ def test_a_configuration_of_no_fixture_agrees_with_the_reference(variant: str, p
     _check_training(fixture, spec, precision, want_train, bound, variant)
 
 
+@pytest.mark.parametrize("config", [GPTConfig(), LlamaConfig()], ids=["gpt2", "llama"])
+def test_the_read_outs_keep_the_fixtures_rows(config: GPTConfig | LlamaConfig) -> None:
+    """A fixture that keeps the last 3 positions of probs and the logit lens (GPT-2-sized ones do): those rows of
+    the sequence, not of its padding, also for a case shorter than 3; every tap as the reference's in fp64."""
+    fixture = _variant(config)
+    fixture.lens_rows = lambda: 3
+    got = BACKEND.run(fixture, "fp64")  # type: ignore[arg-type]
+    from parity_reference.families import family_of
+
+    module = family_of(config).module("torch")
+    params = {k: torch.tensor(v, dtype=torch.float64) for k, v in fixture.weights().items()}
+    for case in fixture.cases:
+        want = module.run_with_taps(params, config, list(case.tokens), 3)
+        assert got[case.name]["probs"].shape == (min(3, len(case.tokens)), config.vocab_size)
+        for tap, w in want.items():
+            w = w.numpy()
+            assert got[case.name][tap].shape == w.shape, (case.name, tap)
+            finite = np.isfinite(w)
+            assert np.array_equal(np.isfinite(got[case.name][tap]), finite), (case.name, tap)
+            assert np.allclose(got[case.name][tap][finite], w[finite], rtol=0, atol=1e-12), (case.name, tap)
+
+
 # -- the probes and the padding --------------------------------------------------------------------------------
 
 
