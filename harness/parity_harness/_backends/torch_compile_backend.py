@@ -27,6 +27,26 @@ disk), the run compiles into a private temporary directory instead, removed when
 says so once on stderr (`usable_cache_dir`): the run costs a cold compile, never a crash. Compile warnings
 and dynamo's log lines are kept off the terminal; a compile failure is one line naming the compiler's first
 error line.
+
+**The backward** (`parity run --grad`, fp32 and fp64, both families) goes through the compiled graph: the function
+compiled is (params, probes, tokens) -> the case's summed next-token cross-entropy, and `torch.autograd.grad` of
+that sum over the case's T - 1 cells runs AOTAutograd's compiled backward (inductor's kernels) for the parameters
+and for every tap on the loss's path, the key bias included. The tap gradients are read without changing the
+reference: the compiled function runs the family's `forward` unchanged, under a TorchFunctionMode that dynamo
+traces; when `forward` records a tap, the mode takes note of that tensor, and every later torch operation that
+reads it reads `tap + probe` instead, the probe a zero input of the tap's shape (x + 0 is x: the forward's values
+are the reference's). The gradient with respect to the probe is the sum of the adjoints of every use of the tap:
+the tap's own adjoint. Nothing is written in place (a tap is often an output some backward formula keeps, such
+as the softmax's pattern or the sqrt's scale, or a view of a split); a tensor recorded under two names (a
+block's `hook_resid_post` is the next block's `hook_resid_pre`) gets both probes, and each name its adjoint. So
+every gradient of the fixture is supported, `hook_pos_embed`'s included (a probe on the position table, learned
+or sinusoidal, whose adjoint is the embedding's). The training step is the same compiled function summed over
+the batch, `loss.backward()` through the compiled graphs and `torch.optim.AdamW` (foreach=False, fused=False,
+the no_decay group) as parity_reference/training.py specifies.
+
+One loss graph per precision serves every case (dynamic in T: tokens and each probe's T axes), precompiled and
+cached as the forward's are (`parity-precompiled/`, the key's `graph` "loss T>=2" and the probed taps): about 40
+to 60 s to compile per precision and family on a cold cache, seconds once saved.
 """
 
 from __future__ import annotations
@@ -42,7 +62,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -57,6 +77,7 @@ from parity_harness._core.sanitize import one_line
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.training import TrainingSpec
 
 # The loggers that print compile chatter (recompiles, autotuning, fallbacks) at WARNING level.
 QUIET_LOGGERS = ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes", "torch._functorch")
@@ -206,6 +227,132 @@ class TorchCompileBackend(Backend):
                                         f"{compile_error_line(exc)}") from None
             yield case.name, {tap: np.ascontiguousarray(t.numpy()) for tap, t in taps.items()}
 
+    # -- the backward and the training step (parity run --grad) -------------------------------------------------
+
+    def supports_grad(self, fixture: Fixture) -> bool:
+        return True
+
+    def grad(self, fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
+        import torch
+
+        from parity_reference.training import grad_name
+
+        spec, params, loss_graph = self._loss_setup(fixture, precision)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for name in spec.cases:
+            tokens = list(fixture.case(name).tokens)
+            probes = probe_inputs(fixture, len(tokens), params)
+            loss = self._case_loss(loss_graph, params, probes, tokens, name) / (len(tokens) - 1)  # ()
+            with _running(loss_graph):  # the compiled backward
+                grads = torch.autograd.grad(loss, [*probes.values(), *params.values()])
+            result = {"loss": loss.detach().numpy().copy()}
+            for key, g in zip([*probes, *params], grads, strict=True):
+                result[grad_name(key)] = g.detach().contiguous().numpy().copy()
+            out[name] = result
+        return out
+
+    def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
+        import torch
+
+        from parity_reference.training import predicted_cells, step_key
+
+        spec, params, loss_graph = self._loss_setup(fixture, precision)
+        decay = [p for n, p in params.items() if spec.decays(n)]
+        rest = [p for n, p in params.items() if not spec.decays(n)]
+        groups: list[dict[str, Any]] = [{"params": rest, "weight_decay": 0.0}]
+        if decay:
+            groups.insert(0, {"params": decay, "weight_decay": spec.weight_decay})
+        opt = torch.optim.AdamW(groups, lr=spec.lr[0], betas=spec.betas, eps=spec.eps, foreach=False, fused=False)
+        batch = [(name, list(fixture.case(name).tokens)) for name in spec.cases]
+        total = sum(predicted_cells(len(tokens)) for _, tokens in batch)
+        out: dict[str, np.ndarray] = {}
+        for s in range(1, spec.steps + 1):
+            for group in opt.param_groups:
+                group["lr"] = spec.lr[s - 1]
+            opt.zero_grad(set_to_none=True)
+            loss: Any = None
+            for name, tokens in batch:  # the batch's summed cross-entropy, case by case, over every cell
+                part = self._case_loss(loss_graph, params, probe_inputs(fixture, len(tokens), params), tokens, name)
+                loss = part if loss is None else loss + part
+            loss = loss / total  # ()
+            with _running(loss_graph):  # the compiled backward of every case
+                loss.backward()
+            with torch.no_grad():
+                sq = torch.zeros((), dtype=loss.dtype)  # ()
+                for p in params.values():
+                    sq = sq + (p.grad * p.grad).sum()
+                norm = torch.sqrt(sq)  # ()
+            opt.step()
+            out[step_key(s, "loss")] = loss.detach().numpy().copy()
+            out[step_key(s, "grad_norm")] = norm.numpy().copy()
+            for name, p in params.items():
+                out[step_key(s, name)] = p.detach().numpy().copy()
+        return out
+
+    def _loss_setup(self, fixture: Fixture, precision: Precision) -> tuple[TrainingSpec, dict[str, Any], LossGraph]:
+        """The training spec, the fixture's weights as leaf tensors of the precision (requiring gradients), and the
+        precision's loss graph (precompiled, or compiled and saved; one per process and key)."""
+        if find_cxx() is None:
+            raise BackendUnavailable(f"backend {self.name!r} needs a C++ compiler ({cxx_name()!r} on PATH); "
+                                     f"install with: {self.install_hint}")
+        spec = _training_spec(fixture, self.name, precision)
+        config: Any = fixture.model.config
+        for name in spec.cases:
+            if len(fixture.case(name).tokens) > config.n_ctx:
+                raise FixtureError(f"case {name!r}: {len(fixture.case(name).tokens)} tokens, more than the "
+                                   f"context ({config.n_ctx})")
+        self.import_requirements()
+        import torch
+
+        from parity_reference.run import torch_params
+
+        params = {k: t.requires_grad_(True) for k, t in torch_params(fixture.weights(), precision).items()}
+        taps = probed_taps(fixture)
+        parts = key_parts(config, None, precision, params, fixture.family) | {"graph": "loss T>=2", "probes": taps}
+        cached: dict[str, LossGraph] = self.__dict__.setdefault("_loss_graphs", {})
+        key = graph_key(parts)
+        if key not in cached:
+            loss_of = probed_loss(reference_module(fixture.family), config, taps)
+            first = list(fixture.case(spec.cases[0]).tokens)
+            example = (params, probe_inputs(fixture, len(first), params, dynamic=True),
+                       _dynamic_tokens(torch.tensor(first, dtype=torch.int64)))
+            with ExitStack() as stack:
+                stack.enter_context(silenced(QUIET_LOGGERS))
+                stack.enter_context(torch._inductor.config.patch(compile_threads=1))
+                try:
+                    if torch._inductor.config.force_disable_caches:  # compiled in the process, no cache
+                        graph: Any = torch.compile(loss_of, backend="inductor", fullgraph=True)
+                        graph(*example)  # compiled now, dynamic in T (its example's marks)
+                        loaded = False
+                    else:
+                        graph, loaded = _load_or_compile_loss(loss_of, example, parts)
+                except Exception as exc:
+                    raise BackendFailed(f"backend {self.name!r}: torch.compile failed on the loss of case "
+                                        f"{spec.cases[0]!r}: {compile_error_line(exc)}") from None
+            if len(cached) >= 2:  # both precisions of one fixture's shapes at most
+                cached.clear()
+            cached[key] = (graph, loaded)
+        return spec, params, cached[key]
+
+    def _case_loss(self, loss_graph: LossGraph, params: dict[str, Any], probes: dict[str, Any], tokens: list[int],
+                   case: str) -> Any:
+        """One case's summed cross-entropy through the compiled loss graph (its backward compiled with it)."""
+        import torch
+
+        graph, loaded = loss_graph
+        ids = torch.tensor(tokens, dtype=torch.int64)  # (T,)
+        if loaded and not graph.guard_check(params, probes, ids):
+            raise BackendFailed(f"backend {self.name!r}: the loss graph does not serve case {case!r} "
+                                f"(T = {len(tokens)}; its guards fail)")
+        with _running(loss_graph):
+            try:
+                return graph(params, probes, ids)  # ()
+            except BackendFailed:
+                raise
+            except Exception as exc:
+                raise BackendFailed(f"backend {self.name!r}: the compiled loss failed on case {case!r}: "
+                                    f"{compile_error_line(exc)}") from None
+
     def _precompiled_graphs(self, taps_of: Callable[..., Any], parts: dict[str, Any]) -> GraphOf:
         """Two graphs, T = 1 and T >= 2, each loaded from the cache of precompiled graphs or compiled and saved."""
         import torch
@@ -254,6 +401,113 @@ class TorchCompileBackend(Backend):
 
 
 GraphOf = Callable[[dict[str, Any], Any], Callable[..., Any]]  # (params, tokens) -> the graph that runs them
+LossGraph = tuple[Any, bool]  # the compiled (params, probes, tokens) -> summed cross-entropy, and whether it loaded
+
+
+@contextmanager
+def _running(loss_graph: LossGraph) -> Iterator[None]:
+    """Around a loss graph's forward and backward calls: compile chatter silenced, no compile workers, and for a
+    loaded graph (whose kernels load on first call) the ISAs taken as they were when it was compiled."""
+    import torch
+
+    loaded = loss_graph[1]
+    with silenced(QUIET_LOGGERS), torch._inductor.config.patch(
+            {"compile_threads": 1, "cpp.vec_isa_ok": True} if loaded else {"compile_threads": 1}):
+        yield
+
+
+def probed_taps(fixture: Fixture) -> list[str]:
+    """The taps whose gradient the backward reads through a probe: every tap on the loss's path."""
+    from parity_reference.training import has_backward
+
+    return [t for t in fixture.tap_names if has_backward(t)]
+
+
+def _time_axes(fixture: Fixture, tap: str) -> list[int]:
+    """The axes of a tap whose size is the sequence length (they change with T)."""
+    a, b = fixture.model.tap_shape(tap, 2), fixture.model.tap_shape(tap, 3)
+    return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+
+
+def _dynamic_tokens(tokens: Any) -> Any:
+    import torch
+
+    torch._dynamo.maybe_mark_dynamic(tokens, 0)  # dynamic in T only; the weights' shapes stay static
+    return tokens
+
+
+def probe_inputs(fixture: Fixture, n_tokens: int, params: dict[str, Any], dynamic: bool = False) -> dict[str, Any]:
+    """One zero probe per probed tap, in the tap's shape for `n_tokens` and the parameters' dtype, requiring a
+    gradient (the tap's adjoint); `dynamic` marks their T axes dynamic (the compile's example only)."""
+    import torch
+
+    dtype = next(iter(params.values())).dtype
+    probes: dict[str, Any] = {}
+    for tap in probed_taps(fixture):
+        probe = torch.zeros(fixture.model.tap_shape(tap, n_tokens), dtype=dtype, requires_grad=True)
+        if dynamic:
+            for axis in _time_axes(fixture, tap):
+                torch._dynamo.maybe_mark_dynamic(probe, axis)
+        probes[tap] = probe
+    return probes
+
+
+def probed_loss(model: ModuleType, config: Any, taps: list[str]) -> Callable[..., Any]:
+    """(params, probes, tokens) -> the case's summed next-token cross-entropy, the model's `forward` run as it is,
+    every later read of a recorded tap reading `tap + probe` (a TorchFunctionMode dynamo traces; nothing in place)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    wanted = frozenset(taps)
+
+    class ProbeMode(TorchFunctionMode):
+        """Substitutes `tap + probe` for a recorded tap in every torch call that reads it."""
+
+        def __init__(self, probes: dict[str, torch.Tensor]) -> None:
+            super().__init__()
+            self.probes = probes
+            self.seen: list[list[torch.Tensor]] = []  # [tap, tap + its probes]
+
+        def record(self, name: str, value: torch.Tensor) -> None:
+            for entry in self.seen:
+                if entry[0] is value:  # recorded under a second name: both probes, each its adjoint
+                    entry[1] = entry[1] + self.probes[name]
+                    return
+            self.seen.append([value, value + self.probes[name]])
+
+        def _probed(self, arg: Any) -> Any:
+            if isinstance(arg, torch.Tensor):
+                for tap, probed in self.seen:
+                    if tap is arg:
+                        return probed
+            elif isinstance(arg, (list, tuple)):
+                return type(arg)(self._probed(a) for a in arg)
+            return arg
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            args = tuple(self._probed(a) for a in args)
+            kwargs = {k: self._probed(v) for k, v in (kwargs or {}).items()}
+            return func(*args, **kwargs)
+
+    class Recorder(dict):  # type: ignore[type-arg]
+        """The taps dict `forward` fills: a probed tap is handed to the mode, nothing is kept."""
+
+        def __init__(self, mode: ProbeMode) -> None:
+            super().__init__()
+            self.mode = mode
+
+        def __setitem__(self, name: str, value: torch.Tensor) -> None:
+            if name in wanted:
+                self.mode.record(name, value)
+
+    def loss_of(params: dict[str, torch.Tensor], probes: dict[str, torch.Tensor],
+                tokens: torch.Tensor) -> torch.Tensor:
+        mode = ProbeMode(probes)
+        with mode:
+            logits = model.forward(params, config, tokens, Recorder(mode), 1)  # (T, V)
+            return torch.nn.functional.cross_entropy(logits[:-1], tokens[1:], reduction="sum")  # ()
+
+    return loss_of
 
 
 def graph_kind(single: bool) -> str:
@@ -352,6 +606,35 @@ def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens
     return graph, False
 
 
+def _load_or_compile_loss(loss_of: Callable[..., Any], example: tuple[Any, ...],
+                          parts: dict[str, Any]) -> tuple[Any, bool]:
+    """The loss graph of `parts` as `_load_or_compile` gets a forward graph: loaded from `parity-precompiled/` when
+    its guards accept `example` (params, probes, tokens), else compiled (forward and backward, AOTAutograd and
+    inductor) and saved."""
+    import torch
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+
+    path = precompiled_dir() / f"{graph_key(parts)}.bin"
+    try:
+        with open(path, "rb") as f, torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
+            graph = torch.compiler.load_compiled_function(f)
+        if isinstance(graph, AOTCompiledFunction) and graph.guard_check(*example):
+            return graph, True
+        _debug(f"precompiled loss graph {path.name} refused by its guards; compiling it again")
+    except FileNotFoundError:
+        pass
+    except Exception as exc:
+        _debug(f"precompiled loss graph {path.name} not loaded ({type(exc).__name__}: {exc}); compiling it again")
+    compiled = torch.compile(loss_of, backend="inductor", fullgraph=True)
+    graph = compiled.aot_compile((example, {}))  # type: ignore[attr-defined]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        graph.save_compiled_function(str(path))
+    except Exception as exc:
+        _debug(f"precompiled loss graph {path.name} not saved ({type(exc).__name__}: {exc})")
+    return graph, False
+
+
 def _guard_failure(graph: Any, params: dict[str, Any], tokens: Any) -> str:
     """Why a loaded graph's guards refuse these inputs, in dynamo's words (for `_debug`; private API, so any
     trouble reading it is said instead)."""
@@ -368,3 +651,18 @@ def _debug(message: str) -> None:
         print(f"parity: debug: torch-compile: {message}", file=unsilenced_stderr())  # it runs inside `silenced`
 
 
+def _training_spec(fixture: Fixture, backend: str, precision: Precision) -> TrainingSpec:
+    """The fixture's training section for `grad`/`train` (each torch-family backend has this check; backends are
+    leaves): one line when the fixture has none, the precision is not fp32 or fp64, or a training case holds a
+    token outside the vocabulary."""
+    if precision not in ("fp32", "fp64"):  # the backward's tiers (base.py)
+        raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
+    spec = fixture.training()
+    if spec is None:
+        raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
+    vocab_size = fixture.model.config.vocab_size
+    for name in spec.cases:
+        bad = [t for t in fixture.case(name).tokens if not 0 <= t < vocab_size]
+        if bad:
+            raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
+    return spec
