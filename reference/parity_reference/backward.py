@@ -125,8 +125,9 @@ def train_steps(weights: Mapping[str, Any], config: ModelConfig, batch: Sequence
         opt.step()
         out[step_key(s, "loss")] = loss.detach().numpy().copy()
         out[step_key(s, "grad_norm")] = norm.numpy().copy()
-        for name, p in params.items():
-            out[step_key(s, name)] = p.detach().numpy().copy()
+        for name, p in params.items():  # the last step's parameters are not copied: nothing moves them again
+            value = p.detach().numpy()  # (a GPT-2-sized step's optimizer state is freed before a copy is taken)
+            out[step_key(s, name)] = value if s == spec.steps else value.copy()
             if with_grads:
                 out[step_key(s, grad_name(name))] = grads[name].numpy().copy()
     return out

@@ -107,6 +107,9 @@ def adamw_trajectory(p0: np.ndarray, grads: Sequence[np.ndarray], spec: Training
     return out
 
 
+CHUNK = 1 << 15  # elements per slice of a parameter's allowance: AdamW's arithmetic in the CPU's cache
+
+
 class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
     """(tier, "step{s}/{name}") -> what the gradients' tolerances carry into that training record through AdamW,
     each computed when it is looked up and not kept: a parameter's from its own weights and batch gradients (read
@@ -152,12 +155,19 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
                                                       for n, s in self._params.items()}, WEIGHTS)
         p0 = dict(read_checked(f, table, WEIGHTS))[name]
         spec, steps = self._spec, range(1, self._spec.steps + 1)
-        grads = [np.asarray(self._train64[step_key(s, name + GRAD_SUFFIX)], dtype=np.float64) for s in steps]
-        delta = self._atol(tier, name + GRAD_SUFFIX)
-        base = adamw_trajectory(p0, grads, spec, spec.decays(name))
-        up = adamw_trajectory(p0, [g + delta for g in grads], spec, spec.decays(name))
-        down = adamw_trajectory(p0, [g - delta for g in grads], spec, spec.decays(name))
-        return [np.maximum(np.abs(u - b), np.abs(d - b)) for b, u, d in zip(base, up, down, strict=True)]
+        grads = [np.asarray(self._train64[step_key(s, name + GRAD_SUFFIX)]).reshape(-1) for s in steps]
+        delta, decays = self._atol(tier, name + GRAD_SUFFIX), spec.decays(name)
+        flat = p0.reshape(-1)
+        out = [np.empty(flat.shape, dtype=np.float64) for _ in steps]
+        for at in range(0, flat.size, CHUNK):  # element by element, so in cache-sized chunks: the same numbers
+            part = slice(at, at + CHUNK)
+            g = [x[part].astype(np.float64) for x in grads]
+            base = adamw_trajectory(flat[part], g, spec, decays)
+            up = adamw_trajectory(flat[part], [x + delta for x in g], spec, decays)
+            down = adamw_trajectory(flat[part], [x - delta for x in g], spec, decays)
+            for o, b, u, d in zip(out, base, up, down, strict=True):
+                o[part] = np.maximum(np.abs(u - b), np.abs(d - b))
+        return [o.reshape(p0.shape) for o in out]
 
 
 def _allowances(fixture: Fixture, spec: TrainingSpec, train64: TrainOutput,
