@@ -45,8 +45,9 @@ the batch, `loss.backward()` through the compiled graphs and `torch.optim.AdamW`
 the no_decay group) as parity_reference/training.py specifies.
 
 One loss graph per precision serves every case (dynamic in T: tokens and each probe's T axes), precompiled and
-cached as the forward's are (`parity-precompiled/`, the key's `graph` "loss T>=2" and the probed taps): about 40
-to 60 s to compile per precision and family on a cold cache, seconds once saved.
+cached as the forward's are (`parity-precompiled/`, the key's `graph` "loss T>=2" and the probed taps; the mode and
+the taps dict are this module's `ProbeMode` and `TapRecorder`, so that a saved graph can name them): about 75 s of
+wall time per precision on an empty inductor cache (toy, shared 2-core machine), about 15 s once saved.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -312,17 +313,20 @@ class TorchCompileBackend(Backend):
         cached: dict[str, LossGraph] = self.__dict__.setdefault("_loss_graphs", {})
         key = graph_key(parts)
         if key not in cached:
-            loss_of = probed_loss(reference_module(fixture.family), config, taps)
+            loss_of = probed_loss(reference_module(fixture.family), config)
             first = list(fixture.case(spec.cases[0]).tokens)
-            example = (params, probe_inputs(fixture, len(first), params, dynamic=True),
-                       _dynamic_tokens(torch.tensor(first, dtype=torch.int64)))
+
+            def example(dynamic: bool) -> tuple[Any, ...]:  # marked dynamic in T to compile; as a case runs to load
+                tokens = torch.tensor(first, dtype=torch.int64)  # (T,)
+                return params, probe_inputs(fixture, len(first), params, dynamic), _dynamic_tokens(tokens, dynamic)
+
             with ExitStack() as stack:
                 stack.enter_context(silenced(QUIET_LOGGERS))
                 stack.enter_context(torch._inductor.config.patch(compile_threads=1))
                 try:
                     if torch._inductor.config.force_disable_caches:  # compiled in the process, no cache
                         graph: Any = torch.compile(loss_of, backend="inductor", fullgraph=True)
-                        graph(*example)  # compiled now, dynamic in T (its example's marks)
+                        graph(*example(True))  # compiled now, dynamic in T (its example's marks)
                         loaded = False
                     else:
                         graph, loaded = _load_or_compile_loss(loss_of, example, parts)
@@ -429,10 +433,11 @@ def _time_axes(fixture: Fixture, tap: str) -> list[int]:
     return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
 
 
-def _dynamic_tokens(tokens: Any) -> Any:
+def _dynamic_tokens(tokens: Any, dynamic: bool) -> Any:
     import torch
 
-    torch._dynamo.maybe_mark_dynamic(tokens, 0)  # dynamic in T only; the weights' shapes stay static
+    if dynamic:
+        torch._dynamo.maybe_mark_dynamic(tokens, 0)  # dynamic in T only; the weights' shapes stay static
     return tokens
 
 
@@ -452,13 +457,24 @@ def probe_inputs(fixture: Fixture, n_tokens: int, params: dict[str, Any], dynami
     return probes
 
 
-def probed_loss(model: ModuleType, config: Any, taps: list[str]) -> Callable[..., Any]:
-    """(params, probes, tokens) -> the case's summed next-token cross-entropy, the model's `forward` run as it is,
-    every later read of a recorded tap reading `tap + probe` (a TorchFunctionMode dynamo traces; nothing in place)."""
+PROBE_CLASSES = ("ProbeMode", "TapRecorder")  # defined on first use (they subclass torch's), found by name
+
+
+def __getattr__(name: str) -> Any:
+    """`ProbeMode` and `TapRecorder` on first use: a saved loss graph names them, and loading it finds them here."""
+    if name in PROBE_CLASSES:
+        return probe_classes()[PROBE_CLASSES.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def probe_classes() -> tuple[type, type]:
+    """The probing TorchFunctionMode and the taps dict that hands it each tap, defined once, as this module's
+    `ProbeMode` and `TapRecorder` (so that a compiled graph that names them can be saved and loaded)."""
+    made = globals().get("_probe_classes")
+    if made is not None:
+        return cast(tuple[type, type], made)
     import torch
     from torch.overrides import TorchFunctionMode
-
-    wanted = frozenset(taps)
 
     class ProbeMode(TorchFunctionMode):
         """Substitutes `tap + probe` for a recorded tap in every torch call that reads it."""
@@ -489,7 +505,7 @@ def probed_loss(model: ModuleType, config: Any, taps: list[str]) -> Callable[...
             kwargs = {k: self._probed(v) for k, v in (kwargs or {}).items()}
             return func(*args, **kwargs)
 
-    class Recorder(dict):  # type: ignore[type-arg]
+    class TapRecorder(dict):  # type: ignore[type-arg]
         """The taps dict `forward` fills: a probed tap is handed to the mode, nothing is kept."""
 
         def __init__(self, mode: ProbeMode) -> None:
@@ -497,14 +513,28 @@ def probed_loss(model: ModuleType, config: Any, taps: list[str]) -> Callable[...
             self.mode = mode
 
         def __setitem__(self, name: str, value: torch.Tensor) -> None:
-            if name in wanted:
+            if name in self.mode.probes:
                 self.mode.record(name, value)
+
+    for cls in (ProbeMode, TapRecorder):
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__
+        globals()[cls.__name__] = cls
+    globals()["_probe_classes"] = made = (ProbeMode, TapRecorder)
+    return made
+
+
+def probed_loss(model: ModuleType, config: Any) -> Callable[..., Any]:
+    """(params, probes, tokens) -> the case's summed next-token cross-entropy, the model's `forward` run as it is,
+    every later read of a recorded tap reading `tap + probe` (`ProbeMode`, which dynamo traces; nothing in place)."""
+    import torch
+
+    probe_mode, recorder = probe_classes()
 
     def loss_of(params: dict[str, torch.Tensor], probes: dict[str, torch.Tensor],
                 tokens: torch.Tensor) -> torch.Tensor:
-        mode = ProbeMode(probes)
+        mode = probe_mode(probes)
         with mode:
-            logits = model.forward(params, config, tokens, Recorder(mode), 1)  # (T, V)
+            logits = model.forward(params, config, tokens, recorder(mode), 1)  # (T, V)
             return torch.nn.functional.cross_entropy(logits[:-1], tokens[1:], reduction="sum")  # ()
 
     return loss_of
@@ -606,11 +636,11 @@ def _load_or_compile(taps_of: Callable[..., Any], params: dict[str, Any], tokens
     return graph, False
 
 
-def _load_or_compile_loss(loss_of: Callable[..., Any], example: tuple[Any, ...],
+def _load_or_compile_loss(loss_of: Callable[..., Any], example: Callable[[bool], tuple[Any, ...]],
                           parts: dict[str, Any]) -> tuple[Any, bool]:
     """The loss graph of `parts` as `_load_or_compile` gets a forward graph: loaded from `parity-precompiled/` when
-    its guards accept `example` (params, probes, tokens), else compiled (forward and backward, AOTAutograd and
-    inductor) and saved."""
+    its guards accept `example(False)` (params, probes, tokens, as a case runs), else compiled from `example(True)`
+    (its T axes marked dynamic; forward and backward, AOTAutograd and inductor) and saved."""
     import torch
     from torch._dynamo.aot_compile import AOTCompiledFunction
 
@@ -618,7 +648,7 @@ def _load_or_compile_loss(loss_of: Callable[..., Any], example: tuple[Any, ...],
     try:
         with open(path, "rb") as f, torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
             graph = torch.compiler.load_compiled_function(f)
-        if isinstance(graph, AOTCompiledFunction) and graph.guard_check(*example):
+        if isinstance(graph, AOTCompiledFunction) and graph.guard_check(*example(False)):
             return graph, True
         _debug(f"precompiled loss graph {path.name} refused by its guards; compiling it again")
     except FileNotFoundError:
@@ -626,7 +656,7 @@ def _load_or_compile_loss(loss_of: Callable[..., Any], example: tuple[Any, ...],
     except Exception as exc:
         _debug(f"precompiled loss graph {path.name} not loaded ({type(exc).__name__}: {exc}); compiling it again")
     compiled = torch.compile(loss_of, backend="inductor", fullgraph=True)
-    graph = compiled.aot_compile((example, {}))  # type: ignore[attr-defined]
+    graph = compiled.aot_compile((example(True), {}))  # type: ignore[attr-defined]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         graph.save_compiled_function(str(path))
