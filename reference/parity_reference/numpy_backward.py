@@ -308,7 +308,7 @@ def train(params: Mapping[str, np.ndarray], config: Any, batch: Sequence[Sequenc
     sqrt(sum over parameters of sum g^2), before the update; then each parameter's AdamW update with lr[s - 1]
     and t = s, weight decay where `spec.decays(name)`.
     """
-    current = {name: np.array(p) for name, p in params.items()}  # copies: the caller's stay as given
+    current = dict(params)  # adamw_step makes new arrays (never writes in place): the caller's stay as given
     m = {name: np.zeros_like(p) for name, p in current.items()}
     v = {name: np.zeros_like(p) for name, p in current.items()}
     out: dict[str, np.ndarray] = {}

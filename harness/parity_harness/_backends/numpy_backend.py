@@ -168,7 +168,9 @@ class NumpyBackend(Backend):
         if spec is None:
             raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
         dtype = COMPUTE[precision]
-        return {name: w.astype(dtype) for name, w in fixture.weights().items()}, spec
+        weights = fixture.weights()
+        fixture.release_weights()  # a GPT-2-sized fixture: the float32 copy is freed once cast
+        return {name: weights.pop(name).astype(dtype) for name in list(weights)}, spec
 
 
 def _training_tokens(fixture: Fixture, name: str) -> list[int]:
