@@ -296,6 +296,7 @@ def _grad_model(fixture: Fixture, backend: str, precision: Precision,
                                f"({config.n_ctx})")
     torch.set_num_threads(1)
     weights = fixture.weights()
+    fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
     if fixture.family == "llama":
         model, prefix = hf_llama_model(weights, config, precision), ""
     else:

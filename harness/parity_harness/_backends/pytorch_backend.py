@@ -76,6 +76,7 @@ class PyTorchBackend(Backend):
 
         spec = _training_spec(fixture, self.name, precision)
         weights, config = fixture.weights(), fixture.model.config
+        fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         return {name: case_gradients(weights, config, fixture.case(name).tokens, precision) for name in spec.cases}
 
     def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
@@ -83,7 +84,9 @@ class PyTorchBackend(Backend):
 
         spec = _training_spec(fixture, self.name, precision)
         batch = [fixture.case(name).tokens for name in spec.cases]
-        return train_steps(fixture.weights(), fixture.model.config, batch, spec, precision)
+        weights = fixture.weights()
+        fixture.release_weights()
+        return train_steps(weights, fixture.model.config, batch, spec, precision)
 
     def supports_layers(self, fixture: Fixture) -> bool:
         return fixture.family == "gpt2"
