@@ -271,8 +271,9 @@ class HFTransformersBackend(Backend):
             opt.step()
             out[step_key(s, "loss")] = loss.detach().numpy().copy()
             out[step_key(s, "grad_norm")] = norm.numpy().copy()
-            for name, p in params.items():
-                out[step_key(s, name)] = p.detach().numpy().copy()
+            for name, p in params.items():  # the last step's parameters are not copied: nothing moves them again
+                value = p.detach().numpy()  # (a GPT-2-sized step's optimizer state is freed before a copy is taken)
+                out[step_key(s, name)] = value if s == spec.steps else value.copy()
         return out
 
 
