@@ -52,12 +52,32 @@ if TYPE_CHECKING:
 
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
+    from parity_reference.training import TrainingSpec
 
-__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "layer_names", "module_available"]
+__all__ = ["PRECISIONS", "Backend", "BackendOutput", "Precision", "layer_names", "module_available", "training_spec"]
 
 def layer_names(n_layer: int) -> list[str]:
     """The layers `run_layer` computes, in dataflow order: blocks.{i}.attn, blocks.{i}.mlp, ..., unembed."""
     return [f"blocks.{i}.{part}" for i in range(n_layer) for part in ("attn", "mlp")] + ["unembed"]
+
+
+def training_spec(fixture: Fixture, backend: str, precision: Precision) -> TrainingSpec:
+    """The fixture's training section for a backend's `grad`/`train`, checked: one line when the precision is not
+    fp32 or fp64 (BackendFailed), the fixture has none, or a training case holds a token outside the vocabulary
+    (FixtureError)."""
+    from parity_harness._core.errors import BackendFailed, FixtureError
+
+    if precision not in ("fp32", "fp64"):  # the backward's tiers
+        raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
+    spec = fixture.training()
+    if spec is None:
+        raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
+    vocab_size = fixture.model.config.vocab_size
+    for name in spec.cases:
+        bad = [t for t in fixture.case(name).tokens if not 0 <= t < vocab_size]
+        if bad:
+            raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
+    return spec
 
 
 def module_available(name: str) -> bool:

@@ -66,9 +66,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
-from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.base import Backend, BackendOutput, Precision, training_spec
 from parity_harness._backends.quiet import silenced
-from parity_harness._core.errors import BackendFailed, FixtureError
+from parity_harness._core.errors import FixtureError
 
 if TYPE_CHECKING:
     import torch
@@ -289,7 +289,7 @@ def _grad_model(fixture: Fixture, backend: str, precision: Precision,
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    spec = _training_spec(fixture, backend, precision)
+    spec = training_spec(fixture, backend, precision)
     config: Any = fixture.model.config
     for name in spec.cases:
         if len(fixture.case(name).tokens) > config.n_ctx:
@@ -701,20 +701,3 @@ def _llama_hooks(model: Any, taps: dict[str, torch.Tensor], config: Any) -> list
         handles.append(mlp.register_forward_hook(out(f"{b}.hook_mlp_out")))
         handles.append(layer.register_forward_hook(out(f"{b}.hook_resid_post")))
     return handles
-
-
-def _training_spec(fixture: Fixture, backend: str, precision: Precision) -> TrainingSpec:
-    """The fixture's training section for `grad`/`train` (each torch-family backend has this check; backends are
-    leaves): one line when the fixture has none, the precision is not fp32 or fp64, or a training case holds a
-    token outside the vocabulary."""
-    if precision not in ("fp32", "fp64"):  # the backward's tiers (base.py)
-        raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
-    spec = fixture.training()
-    if spec is None:
-        raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
-    vocab_size = fixture.model.config.vocab_size
-    for name in spec.cases:
-        bad = [t for t in fixture.case(name).tokens if not 0 <= t < vocab_size]
-        if bad:
-            raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
-    return spec

@@ -24,15 +24,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from parity_harness._backends.base import Backend, BackendOutput, Precision
-from parity_harness._core.errors import BackendFailed, FixtureError
+from parity_harness._backends.base import Backend, BackendOutput, Precision, training_spec
+from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.decoding import reference_decode
 from parity_reference.run import reference_taps, torch_params
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
-    from parity_reference.training import TrainingSpec
 
 
 class PyTorchBackend(Backend):
@@ -74,7 +73,7 @@ class PyTorchBackend(Backend):
     def grad(self, fixture: Fixture, precision: Precision) -> dict[str, dict[str, np.ndarray]]:
         from parity_reference.backward import case_gradients
 
-        spec = _training_spec(fixture, self.name, precision)
+        spec = training_spec(fixture, self.name, precision)
         weights, config = fixture.weights(), fixture.model.config
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         return {name: case_gradients(weights, config, fixture.case(name).tokens, precision) for name in spec.cases}
@@ -82,7 +81,7 @@ class PyTorchBackend(Backend):
     def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
         from parity_reference.backward import train_steps
 
-        spec = _training_spec(fixture, self.name, precision)
+        spec = training_spec(fixture, self.name, precision)
         batch = [fixture.case(name).tokens for name in spec.cases]
         weights = fixture.weights()
         fixture.release_weights()
@@ -142,20 +141,3 @@ def _family_run_with_taps(family: str) -> Any:
 
         return llama_model.run_with_taps
     return None
-
-
-def _training_spec(fixture: Fixture, backend: str, precision: Precision) -> TrainingSpec:
-    """The fixture's training section for `grad`/`train` (each torch-family backend has this check; backends are
-    leaves): one line when the fixture has none, the precision is not fp32 or fp64, or a training case holds a
-    token outside the vocabulary."""
-    if precision not in ("fp32", "fp64"):  # the backward's tiers (base.py)
-        raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
-    spec = fixture.training()
-    if spec is None:
-        raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
-    vocab_size = fixture.model.config.vocab_size
-    for name in spec.cases:
-        bad = [t for t in fixture.case(name).tokens if not 0 <= t < vocab_size]
-        if bad:
-            raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
-    return spec

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
-from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.base import Backend, BackendOutput, Precision, training_spec
 from parity_harness._backends.quiet import silenced, unsilenced_stderr
 from parity_harness._core.errors import BackendFailed, BackendUnavailable, FixtureError
 from parity_harness._core.resources import user_cache_dir
@@ -296,7 +296,7 @@ class TorchCompileBackend(Backend):
         if find_cxx() is None:
             raise BackendUnavailable(f"backend {self.name!r} needs a C++ compiler ({cxx_name()!r} on PATH); "
                                      f"install with: {self.install_hint}")
-        spec = _training_spec(fixture, self.name, precision)
+        spec = training_spec(fixture, self.name, precision)
         config: Any = fixture.model.config
         for name in spec.cases:
             if len(fixture.case(name).tokens) > config.n_ctx:
@@ -679,20 +679,3 @@ def _debug(message: str) -> None:
     """A cache's trouble costs time, never the verdict: said on stderr only when PARITY_DEBUG=1."""
     if os.environ.get("PARITY_DEBUG") == "1":
         print(f"parity: debug: torch-compile: {message}", file=unsilenced_stderr())  # it runs inside `silenced`
-
-
-def _training_spec(fixture: Fixture, backend: str, precision: Precision) -> TrainingSpec:
-    """The fixture's training section for `grad`/`train` (each torch-family backend has this check; backends are
-    leaves): one line when the fixture has none, the precision is not fp32 or fp64, or a training case holds a
-    token outside the vocabulary."""
-    if precision not in ("fp32", "fp64"):  # the backward's tiers (base.py)
-        raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
-    spec = fixture.training()
-    if spec is None:
-        raise FixtureError(f"{fixture.manifest_path}: the fixture has no training section (no gradient goldens)")
-    vocab_size = fixture.model.config.vocab_size
-    for name in spec.cases:
-        bad = [t for t in fixture.case(name).tokens if not 0 <= t < vocab_size]
-        if bad:
-            raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
-    return spec
