@@ -12,7 +12,7 @@ weights upcast) for the fp64 one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -102,6 +102,16 @@ def train_steps(weights: Mapping[str, Any], config: ModelConfig, batch: Sequence
     `with_grads`: also each step's batch gradient of every parameter, `step{s}/{name}.grad` (what the goldens keep
     for the judge: an element whose gradient is zero there moves by AdamW's rounding-driven step)."""
     params = _leaf_params(weights, precision)
+    return adamw_steps(params, spec, lambda: batch_loss(params, config, batch), with_grads=with_grads)
+
+
+def adamw_steps(params: Mapping[str, torch.Tensor], spec: TrainingSpec, loss_of_batch: Callable[[], torch.Tensor],
+                backward: Callable[[torch.Tensor], None] | None = None,
+                with_grads: bool = False) -> dict[str, np.ndarray]:
+    """The training loop every torch backward shares: `spec.steps` steps of torch.optim.AdamW (one tensor at a time,
+    a group without decay for `no_decay`) on `params` (leaf tensors requiring gradients), each step's loss from
+    `loss_of_batch()` and its gradients from `backward(loss)` (default `loss.backward()`). Returns the training
+    records (`step{s}/loss`, `step{s}/grad_norm`, `step{s}/{param}`; with `with_grads` also `step{s}/{param}.grad`)."""
     decay = [p for n, p in params.items() if spec.decays(n)]
     rest = [p for n, p in params.items() if not spec.decays(n)]
     groups: list[dict[str, Any]] = [{"params": rest, "weight_decay": 0.0}]
@@ -113,8 +123,11 @@ def train_steps(weights: Mapping[str, Any], config: ModelConfig, batch: Sequence
         for group in opt.param_groups:
             group["lr"] = spec.lr[s - 1]
         opt.zero_grad(set_to_none=True)
-        loss = batch_loss(params, config, batch)  # ()
-        loss.backward()  # type: ignore[no-untyped-call]
+        loss = loss_of_batch()  # ()
+        if backward is None:
+            loss.backward()  # type: ignore[no-untyped-call]
+        else:
+            backward(loss)
         with torch.no_grad():
             sq = torch.zeros((), dtype=loss.dtype)  # ()
             for p in params.values():
@@ -133,4 +146,4 @@ def train_steps(weights: Mapping[str, Any], config: ModelConfig, batch: Sequence
     return out
 
 
-__all__ = ["LESSON_STEPS", "batch_loss", "case_gradients", "case_loss", "lesson_spec", "train_steps"]
+__all__ = ["LESSON_STEPS", "adamw_steps", "batch_loss", "case_gradients", "case_loss", "lesson_spec", "train_steps"]

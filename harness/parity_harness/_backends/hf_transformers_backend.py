@@ -239,42 +239,22 @@ class HFTransformersBackend(Backend):
     def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
         import torch
 
-        from parity_reference.backward import case_loss
-        from parity_reference.training import predicted_cells, step_key
+        from parity_reference.backward import adamw_steps, case_loss
+        from parity_reference.training import predicted_cells
 
         spec, model, params = _grad_model(fixture, self.name, precision, every=False)
-        decay = [p for n, p in params.items() if spec.decays(n)]
-        rest = [p for n, p in params.items() if not spec.decays(n)]
-        groups: list[dict[str, Any]] = [{"params": rest, "weight_decay": 0.0}]
-        if decay:
-            groups.insert(0, {"params": decay, "weight_decay": spec.weight_decay})
-        opt = torch.optim.AdamW(groups, lr=spec.lr[0], betas=spec.betas, eps=spec.eps, foreach=False, fused=False)
         batch = [list(fixture.case(name).tokens) for name in spec.cases]
         total = sum(predicted_cells(len(tokens)) for tokens in batch)
-        out: dict[str, np.ndarray] = {}
-        for s in range(1, spec.steps + 1):
-            for group in opt.param_groups:
-                group["lr"] = spec.lr[s - 1]
-            opt.zero_grad(set_to_none=True)
+
+        def loss_of_batch() -> Any:  # the batch's summed cross-entropy, case by case, over every predicted cell
             loss: Any = None
-            for tokens in batch:  # the batch's summed cross-entropy, case by case, over every predicted cell
+            for tokens in batch:
                 full = _grad_forward(fixture, model, tokens, {})  # (1, T, V)
                 part = case_loss(full[0], torch.tensor(tokens, dtype=torch.int64), reduction="sum")  # ()
                 loss = part if loss is None else loss + part
-            loss = loss / total  # ()
-            loss.backward()
-            with torch.no_grad():
-                sq = torch.zeros((), dtype=loss.dtype)  # ()
-                for p in params.values():
-                    sq = sq + (p.grad * p.grad).sum()
-                norm = torch.sqrt(sq)  # ()
-            opt.step()
-            out[step_key(s, "loss")] = loss.detach().numpy().copy()
-            out[step_key(s, "grad_norm")] = norm.numpy().copy()
-            for name, p in params.items():  # the last step's parameters are not copied: nothing moves them again
-                value = p.detach().numpy()  # (a GPT-2-sized step's optimizer state is freed before a copy is taken)
-                out[step_key(s, name)] = value if s == spec.steps else value.copy()
-        return out
+            return loss / total  # ()
+
+        return adamw_steps(params, spec, loss_of_batch)
 
 
 Found = dict[str, tuple["torch.Tensor", Callable[["torch.Tensor"], "torch.Tensor"]]]  # tap -> (tensor, to the tap)

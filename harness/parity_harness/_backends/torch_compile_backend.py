@@ -253,42 +253,25 @@ class TorchCompileBackend(Backend):
         return out
 
     def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
-        import torch
-
-        from parity_reference.training import predicted_cells, step_key
+        from parity_reference.backward import adamw_steps
+        from parity_reference.training import predicted_cells
 
         spec, params, loss_graph = self._loss_setup(fixture, precision)
-        decay = [p for n, p in params.items() if spec.decays(n)]
-        rest = [p for n, p in params.items() if not spec.decays(n)]
-        groups: list[dict[str, Any]] = [{"params": rest, "weight_decay": 0.0}]
-        if decay:
-            groups.insert(0, {"params": decay, "weight_decay": spec.weight_decay})
-        opt = torch.optim.AdamW(groups, lr=spec.lr[0], betas=spec.betas, eps=spec.eps, foreach=False, fused=False)
         batch = [(name, list(fixture.case(name).tokens)) for name in spec.cases]
         total = sum(predicted_cells(len(tokens)) for _, tokens in batch)
-        out: dict[str, np.ndarray] = {}
-        for s in range(1, spec.steps + 1):
-            for group in opt.param_groups:
-                group["lr"] = spec.lr[s - 1]
-            opt.zero_grad(set_to_none=True)
+
+        def loss_of_batch() -> Any:  # the batch's summed cross-entropy, case by case, over every cell
             loss: Any = None
-            for name, tokens in batch:  # the batch's summed cross-entropy, case by case, over every cell
+            for name, tokens in batch:
                 part = self._case_loss(loss_graph, params, probe_inputs(fixture, len(tokens), params), tokens, name)
                 loss = part if loss is None else loss + part
-            loss = loss / total  # ()
+            return loss / total  # ()
+
+        def backward(loss: Any) -> None:
             with _running(loss_graph):  # the compiled backward of every case
                 loss.backward()
-            with torch.no_grad():
-                sq = torch.zeros((), dtype=loss.dtype)  # ()
-                for p in params.values():
-                    sq = sq + (p.grad * p.grad).sum()
-                norm = torch.sqrt(sq)  # ()
-            opt.step()
-            out[step_key(s, "loss")] = loss.detach().numpy().copy()
-            out[step_key(s, "grad_norm")] = norm.numpy().copy()
-            for name, p in params.items():
-                out[step_key(s, name)] = p.detach().numpy().copy()
-        return out
+
+        return adamw_steps(params, spec, loss_of_batch, backward)
 
     def _loss_setup(self, fixture: Fixture, precision: Precision) -> tuple[TrainingSpec, dict[str, Any], LossGraph]:
         """The training spec, the fixture's weights as leaf tensors of the precision (requiring gradients), and the
