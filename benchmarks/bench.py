@@ -608,8 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu()}, Python {platform.python_version()}")
     if args.preset and args.grad:
+        given = any(a.startswith("--repeat") for a in (argv if argv is not None else sys.argv[1:]))
         return bench_grad(args.preset, args.keep, args.backends.split(",") if args.backends else None,
-                          args.repeat if "--repeat" in (argv if argv is not None else sys.argv) else 1)
+                          args.repeat if given else 1)
     if args.preset:
         return bench_preset(args.preset, args.keep, args.backends.split(",") if args.backends else None, args.report)
     bench_toy(args.fixture, args.repeat, args.backends.split(",") if args.backends else None)
