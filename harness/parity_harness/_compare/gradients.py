@@ -91,7 +91,8 @@ def _largest(arrays: Sequence[np.ndarray]) -> float:
 
 
 def adamw_trajectory(p0: np.ndarray, grads: Sequence[np.ndarray], spec: TrainingSpec, decays: bool) -> list[np.ndarray]:
-    """The parameter after each step of `spec`'s AdamW from `p0` fed `grads`, in float64: torch's arithmetic."""
+    """The parameter after each step of `spec`'s AdamW from `p0` fed `grads`, in float64: torch's arithmetic.
+    A gradient may have leading axes beyond p0's (several trajectories at once, p0 broadcast against them)."""
     b1, b2 = spec.betas
     p, m, v = p0.astype(np.float64), np.zeros(p0.shape), np.zeros(p0.shape)
     out: list[np.ndarray] = []
@@ -112,8 +113,12 @@ CHUNK = 1 << 15  # elements per slice of a parameter's allowance: AdamW's arithm
 
 class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
     """(tier, "step{s}/{name}") -> what the gradients' tolerances carry into that training record through AdamW,
-    each computed when it is looked up and not kept: a parameter's from its own weights and batch gradients (read
-    one tensor at a time), so a GPT-2-sized fixture's allowances (124 M per tier and step) never sit in memory."""
+    computed when looked up: a parameter's from its own weights and batch gradients (read one tensor at a time),
+    every step at once (its base, up and down trajectories in one pass of AdamW over a stacked array). Kept while
+    they fit in KEEP elements, so a small fixture's steps and its losses' look-ups reuse them; a GPT-2-sized
+    fixture's (124 M per tier and step) are not kept, so they never sit in memory for the run."""
+
+    KEEP = 1 << 24  # float64 elements of allowances kept (128 MB)
 
     TIERS = ("fp32", "fp64")
 
@@ -124,6 +129,8 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
         self._keys = [(tier, step_key(s, name)) for tier in self.TIERS for s in range(1, spec.steps + 1)
                       for name in (LOSS, GRAD_NORM, *self._params)]
         self._known = set(self._keys)
+        self._kept: dict[tuple[str, str], list[np.ndarray]] = {}
+        self._kept_size = 0
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return iter(self._keys)
@@ -144,7 +151,13 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
                 float(np.sum(np.abs(self._train64[step_key(step, n + GRAD_SUFFIX)]) * self[(tier, step_key(step - 1,
                                                                                                             n))]))
                 for n in self._params)
-        return self._param(tier, name)[step - 1]
+        kept = self._kept.get((tier, name))
+        if kept is None:
+            kept = self._param(tier, name)
+            size = sum(a.size for a in kept)
+            if self._kept_size + size <= self.KEEP:
+                self._kept[(tier, name)], self._kept_size = kept, self._kept_size + size
+        return kept[step - 1]
 
     def _param(self, tier: str, name: str) -> list[np.ndarray]:
         from parity_harness._fixture.files import open_checked, read_checked
@@ -162,11 +175,10 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
         for at in range(0, flat.size, CHUNK):  # element by element, so in cache-sized chunks: the same numbers
             part = slice(at, at + CHUNK)
             g = [x[part].astype(np.float64) for x in grads]
-            base = adamw_trajectory(flat[part], g, spec, decays)
-            up = adamw_trajectory(flat[part], [x + delta for x in g], spec, decays)
-            down = adamw_trajectory(flat[part], [x - delta for x in g], spec, decays)
-            for o, b, u, d in zip(out, base, up, down, strict=True):
-                o[part] = np.maximum(np.abs(u - b), np.abs(d - b))
+            # base, up and down in one pass: each element's arithmetic is its own, so the same numbers
+            stacked = [np.stack((x, x + delta, x - delta)) for x in g]  # (3, chunk) per step
+            for o, t in zip(out, adamw_trajectory(flat[part], stacked, spec, decays), strict=True):  # t: (3, chunk)
+                o[part] = np.maximum(np.abs(t[1] - t[0]), np.abs(t[2] - t[0]))
         return [o.reshape(p0.shape) for o in out]
 
 
