@@ -84,6 +84,7 @@ def _check(rows: list[dict[str, object]]) -> None:
         assert row["ok"] and row["tiers"], row
 
 
+@pytest.mark.full  # 10 s; the full set (CI) runs every backward mutant
 def test_two_backward_mutants_caught_at_their_place_with_their_cause(toy: Fixture) -> None:
     result = run_selftest(toy, by_name(FAST))
     doc = result.to_json()
@@ -122,6 +123,7 @@ def test_every_backward_mutant_caught_at_its_place_with_its_cause(tmp_path: Path
     assert decay["toy_tiers"] == [], decay  # the toy's weight decay is 0.0: there the bug is invisible
 
 
+@pytest.mark.full  # 7 s
 def test_a_backward_mutant_caught_elsewhere_fails_the_selftest(toy: Fixture,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """The catalog's place is checked: a mutant claimed at step 1 but caught at step 2 fails it (exit 1)."""
