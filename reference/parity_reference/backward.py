@@ -12,7 +12,9 @@ weights upcast) for the fp64 one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,9 +41,29 @@ def lesson_spec(cases: Sequence[str], steps: int = 3, weight_decay: float = 0.0,
                         weight_decay, tuple(no_decay), tuple(cases))
 
 
+def default_threads() -> int:
+    """torch's default intra-op thread count: OMP_NUM_THREADS if set, else the CPUs this process may run on."""
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    """torch on `threads` threads (None: torch's default count) for the block, the previous count restored after.
+    One thread (the goldens' writer's): bit-reproducible reductions; more: faster, within tolerance only."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or default_threads())
+    try:
+        yield
+    finally:
+        if threads != 1:  # one thread stays set, as before this argument existed
+            torch.set_num_threads(before)
+
+
 def _leaf_params(weights: Mapping[str, Any], precision: str) -> dict[str, torch.Tensor]:
     dtype = torch_dtype(precision)
-    torch.set_num_threads(1)  # bit-reproducible reductions
     return {k: torch.tensor(np.asarray(v), dtype=dtype).requires_grad_(True) for k, v in weights.items()}
 
 
@@ -51,10 +73,17 @@ def case_loss(logits: torch.Tensor, tokens: torch.Tensor, reduction: str = "mean
 
 
 def case_gradients(weights: Mapping[str, Any], config: ModelConfig, tokens: Sequence[int],
-                   precision: str) -> dict[str, np.ndarray]:
-    """One case's loss (`"loss"`, shape []) and every gradient of training.backward_names, as arrays."""
+                   precision: str, threads: int | None = 1) -> dict[str, np.ndarray]:
+    """One case's loss (`"loss"`, shape []) and every gradient of training.backward_names, as arrays.
+    `threads`: torch's thread count (None: its default); the goldens' one thread is bit-reproducible."""
     if predicted_cells(len(tokens)) < 1:
         raise ValueError(f"a case of {len(tokens)} token predicts nothing: it has no loss")
+    with _threads(threads):
+        return _case_gradients(weights, config, tokens, precision)
+
+
+def _case_gradients(weights: Mapping[str, Any], config: ModelConfig, tokens: Sequence[int],
+                    precision: str) -> dict[str, np.ndarray]:
     model = family_of(config).module("torch")
     params = _leaf_params(weights, precision)
     ids = torch.tensor(list(tokens), dtype=torch.int64)  # (T,)
@@ -96,13 +125,16 @@ def batch_loss(params: Mapping[str, torch.Tensor], config: ModelConfig,
 
 
 def train_steps(weights: Mapping[str, Any], config: ModelConfig, batch: Sequence[Sequence[int]],
-                spec: TrainingSpec, precision: str, with_grads: bool = False) -> dict[str, np.ndarray]:
+                spec: TrainingSpec, precision: str, with_grads: bool = False,
+                threads: int | None = 1) -> dict[str, np.ndarray]:
     """`spec.steps` steps of the lesson's AdamW: per step the loss, the gradient norm, every parameter after.
 
     `with_grads`: also each step's batch gradient of every parameter, `step{s}/{name}.grad` (what the goldens keep
-    for the judge: an element whose gradient is zero there moves by AdamW's rounding-driven step)."""
-    params = _leaf_params(weights, precision)
-    return adamw_steps(params, spec, lambda: batch_loss(params, config, batch), with_grads=with_grads)
+    for the judge: an element whose gradient is zero there moves by AdamW's rounding-driven step). `threads`:
+    torch's thread count (None: its default); the goldens' one thread is bit-reproducible."""
+    with _threads(threads):
+        params = _leaf_params(weights, precision)
+        return adamw_steps(params, spec, lambda: batch_loss(params, config, batch), with_grads=with_grads)
 
 
 def adamw_steps(params: Mapping[str, torch.Tensor], spec: TrainingSpec, loss_of_batch: Callable[[], torch.Tensor],
@@ -146,4 +178,5 @@ def adamw_steps(params: Mapping[str, torch.Tensor], spec: TrainingSpec, loss_of_
     return out
 
 
-__all__ = ["LESSON_STEPS", "adamw_steps", "batch_loss", "case_gradients", "case_loss", "lesson_spec", "train_steps"]
+__all__ = ["LESSON_STEPS", "adamw_steps", "batch_loss", "case_gradients", "case_loss", "default_threads", "lesson_spec",
+           "train_steps"]

@@ -207,3 +207,23 @@ def test_training_steps_match_torch_adamw(backend: str, name: str, precision: st
             key = step_key(s, param)
             moved = float(np.abs(got[key][part].astype(np.float64) - want[key][part]).max())
             assert moved <= drift, f"{key}: the key bias is {moved:.3g} off, beyond AdamW's {drift:.3g}"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+def test_many_threads_agree_with_one_and_restore_the_count(precision: str) -> None:
+    """`threads=None` (torch's default count, gpt2-small's pytorch backward) agrees with the goldens' one thread
+    within each precision's bound and leaves torch's thread count as it found it; the toys run on one thread."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'parity-harness[torch]')")
+    from parity_harness._backends.pytorch_backend import THREADED_FROM, backward_threads
+
+    fixture, spec = _fixture("toy")
+    assert backward_threads(fixture) == 1  # the toy's backward stays bit-identical to its goldens
+    assert sum(int(np.prod(s)) for s in fixture.model.param_shapes().values()) < THREADED_FROM
+    weights, config = fixture.weights(), fixture.model.config
+    torch.set_num_threads(1)
+    got = {case: case_gradients(weights, config, fixture.case(case).tokens, precision, threads=None)
+           for case in spec.cases}
+    assert torch.get_num_threads() == 1
+    errors, ratios = _ratios(got, "toy", precision, _reference_grads, list(next(iter(got.values()))))
+    print(f"toy {precision} on the default threads: worst {max(errors.values()):.3g} of M")
+    assert max(ratios.values()) <= 1.0, first_over(ratios, 1.0)
