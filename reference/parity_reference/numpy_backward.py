@@ -276,8 +276,9 @@ def batch_backward(params: Params, config: Any, batch: Sequence[Sequence[int]], 
     for tokens in batch:
         part, case = case_backward(params, config, tokens, count=total)  # (), {name: grad}
         loss = part if loss is None else loss + part  # ()
-        for name in params:
-            grads[name] = grads[name] + case[grad_name(name)]  # like the parameter
+        for name in params:  # each case gradient dropped once summed: the case's and the sum not both held
+            grads[name] = grads[name] + case.pop(grad_name(name))  # like the parameter
+        del case
     assert loss is not None
     return np.asarray(loss), grads
 
@@ -309,8 +310,9 @@ def train(params: Mapping[str, np.ndarray], config: Any, batch: Sequence[Sequenc
     and t = s, weight decay where `spec.decays(name)`.
     """
     current = dict(params)  # adamw_step makes new arrays (never writes in place): the caller's stay as given
-    m = {name: np.zeros_like(p) for name, p in current.items()}
-    v = {name: np.zeros_like(p) for name, p in current.items()}
+    # AdamW's state, zero until a parameter's first update: made then, not held through step 1's backward
+    m: dict[str, np.ndarray] = {}
+    v: dict[str, np.ndarray] = {}
     out: dict[str, np.ndarray] = {}
     for s in range(1, spec.steps + 1):
         grads = {name: np.zeros_like(p) for name, p in current.items()}  # zeroed every step
@@ -322,8 +324,13 @@ def train(params: Mapping[str, np.ndarray], config: Any, batch: Sequence[Sequenc
         assert sq is not None
         norm = np.asarray(np.sqrt(sq))  # ()
         for name in current:
-            current[name], m[name], v[name] = adamw_step(current[name], grads[name], m[name], v[name], s,
+            m0 = m[name] if name in m else np.zeros_like(current[name])
+            v0 = v[name] if name in v else np.zeros_like(current[name])
+            current[name], m[name], v[name] = adamw_step(current[name], grads[name], m0, v0, s,
                                                           spec.lr[s - 1], spec, spec.decays(name))
+            del m0, v0
+            if s == spec.steps:  # nothing reads them again: dropped as the last step goes
+                del m[name], v[name], grads[name]
         out[step_key(s, "loss")] = loss
         out[step_key(s, "grad_norm")] = norm
         for name, p in current.items():
