@@ -114,11 +114,11 @@ CHUNK = 1 << 15  # elements per slice of a parameter's allowance: AdamW's arithm
 class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
     """(tier, "step{s}/{name}") -> what the gradients' tolerances carry into that training record through AdamW,
     computed when looked up: a parameter's from its own weights and batch gradients (read one tensor at a time),
-    every step at once (its base, up and down trajectories in one pass of AdamW over a stacked array). Kept while
-    they fit in KEEP elements, so a small fixture's steps and its losses' look-ups reuse them; a GPT-2-sized
-    fixture's (124 M per tier and step) are not kept, so they never sit in memory for the run."""
+    every step at once (its base, up and down trajectories in one pass of AdamW over a stacked array). Kept when
+    every tier's and step's fit in KEEP elements, so a small fixture's steps and its losses' look-ups reuse them; a
+    GPT-2-sized fixture's (124 M per tier and step) are never kept, so they never sit in memory for the run."""
 
-    KEEP = 1 << 24  # float64 elements of allowances kept (128 MB)
+    KEEP = 1 << 24  # float64 elements: a fixture's allowances are kept if all of them fit (128 MB)
 
     TIERS = ("fp32", "fp64")
 
@@ -130,7 +130,7 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
                       for name in (LOSS, GRAD_NORM, *self._params)]
         self._known = set(self._keys)
         self._kept: dict[tuple[str, str], list[np.ndarray]] = {}
-        self._kept_size = 0
+        self._keep = len(self.TIERS) * spec.steps * sum(math.prod(s) for s in self._params.values()) <= self.KEEP
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return iter(self._keys)
@@ -154,9 +154,8 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
         kept = self._kept.get((tier, name))
         if kept is None:
             kept = self._param(tier, name)
-            size = sum(a.size for a in kept)
-            if self._kept_size + size <= self.KEEP:
-                self._kept[(tier, name)], self._kept_size = kept, self._kept_size + size
+            if self._keep:
+                self._kept[(tier, name)] = kept
         return kept[step - 1]
 
     def _param(self, tier: str, name: str) -> list[np.ndarray]:
