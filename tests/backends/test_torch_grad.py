@@ -211,14 +211,10 @@ def test_training_steps_match_torch_adamw(backend: str, name: str, precision: st
 
 @pytest.mark.parametrize("precision", ["fp32", "fp64"])
 def test_many_threads_agree_with_one_and_restore_the_count(precision: str) -> None:
-    """`threads=None` (torch's default count, gpt2-small's pytorch backward) agrees with the goldens' one thread
-    within each precision's bound and leaves torch's thread count as it found it; the toys run on one thread."""
+    """`case_gradients(threads=None)` (torch's default count) agrees with the goldens' one thread within each
+    precision's bound and leaves torch's thread count as it found it."""
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'parity-harness[torch]')")
-    from parity_harness._backends.pytorch_backend import THREADED_FROM, backward_threads
-
     fixture, spec = _fixture("toy")
-    assert backward_threads(fixture) == 1  # the toy's backward stays bit-identical to its goldens
-    assert sum(int(np.prod(s)) for s in fixture.model.param_shapes().values()) < THREADED_FROM
     weights, config = fixture.weights(), fixture.model.config
     torch.set_num_threads(1)
     got = {case: case_gradients(weights, config, fixture.case(case).tokens, precision, threads=None)

@@ -14,10 +14,7 @@ the same four precisions, and decodes with its `prefill`/`decode_step` (a [n_kv_
 Its backward (`parity run --grad`, fp32 and fp64, both families) is the goldens' own computation:
 `parity_reference.backward.case_gradients` (torch autograd through the reference, every tap on the loss's path
 and every parameter) for each training case, and `train_steps` (torch.optim.AdamW, one tensor at a time) on the
-fixture's weights and its training batch (the manifest's `training` section). On a fixture of THREADED_FROM
-parameters or more (gpt2-small) both run on torch's default thread count (`backward_threads`): a backend's
-backward must agree within tolerance, not bit for bit; a smaller fixture's run on one thread, as its goldens
-were written, so the toys' stay bit-identical to them.
+fixture's weights and its training batch (the manifest's `training` section).
 """
 
 from __future__ import annotations
@@ -35,18 +32,6 @@ from parity_reference.run import reference_taps, torch_params
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
-
-
-THREADED_FROM = 1_000_000  # parameters: a fixture this large runs its backward on torch's default thread count
-
-
-def backward_threads(fixture: Fixture) -> int | None:
-    """torch's thread count for a fixture's backward and training step: None (torch's default) from THREADED_FROM
-    parameters, else 1 (the goldens' writer's, bit-reproducible)."""
-    import math
-
-    size = sum(math.prod(shape) for shape in fixture.model.param_shapes().values())
-    return None if size >= THREADED_FROM else 1
 
 
 class PyTorchBackend(Backend):
@@ -91,9 +76,7 @@ class PyTorchBackend(Backend):
         spec = training_spec(fixture, self.name, precision)
         weights, config = fixture.weights(), fixture.model.config
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
-        threads = backward_threads(fixture)
-        return {name: case_gradients(weights, config, fixture.case(name).tokens, precision, threads)
-                for name in spec.cases}
+        return {name: case_gradients(weights, config, fixture.case(name).tokens, precision) for name in spec.cases}
 
     def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
         from parity_reference.backward import train_steps
@@ -102,7 +85,7 @@ class PyTorchBackend(Backend):
         batch = [fixture.case(name).tokens for name in spec.cases]
         weights = fixture.weights()
         fixture.release_weights()
-        return train_steps(weights, fixture.model.config, batch, spec, precision, threads=backward_threads(fixture))
+        return train_steps(weights, fixture.model.config, batch, spec, precision)
 
     def supports_layers(self, fixture: Fixture) -> bool:
         return fixture.family == "gpt2"
