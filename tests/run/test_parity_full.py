@@ -1,4 +1,4 @@
-"""The CI gate: a full `parity run` over every built-in backend on each committed fixture.
+"""The CI gate: a full `parity run` over every built-in backend on each committed fixture, and `parity run --grad`.
 
 It fails if any built-in backend is skipped (missing dependency), not supported where it should
 be, or disagrees on any tap of any case in any tier it computes in, on fixtures/toy or on
@@ -12,10 +12,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import (
     BUILTIN_PRECISIONS,
     DECODING_BACKENDS,
     NAMED_ONLY,
+    REPO,
     builtin_backends,
     full_run_backends,
 )
@@ -106,3 +109,35 @@ def test_full_parity_run_decodes_incrementally_like_the_full_forward(
     assert decoding["counts"] == {"passed": n_tiers * per_tier, "failed": 0, "near_ties": 0}
     assert all(g["status"] == "ok" and g["actual"] == g["expected"] for g in decoding["greedy"])
     assert "decoding not supported by: " in proc.stdout
+
+
+# The backends with a backward (docs/gradients.md), and the precisions their backward computes in.
+GRAD_BACKENDS = {"pytorch": ("fp32", "fp64"), "numpy": ("fp32", "fp64"), "jax": ("fp32", "fp64"),
+                 "torch-compile": ("fp32", "fp64"), "hf-transformers": ("fp32", "fp64"), "typescript": ("fp64",)}
+
+
+@pytest.mark.full  # torch-compile's loss graphs compile for ~75 s per precision on an empty cache
+@pytest.mark.parametrize("name", ["toy", "toy-stress", "toy-llama"])
+def test_every_backward_agrees_on_every_gradient_and_training_step(name: str, tmp_path: Path) -> None:
+    """The CI gate's second half, `parity run --grad`: every built-in backend with a backward, on each committed
+    fixture, passes every gradient and training step it computes, in every tier of its precisions."""
+    from tests.helpers import run_cli
+
+    fixture = REPO / "fixtures" / name
+    manifest = json.loads((fixture / "manifest.json").read_text())
+    family = manifest.get("family", "gpt2")
+    backends = {b: p for b, p in GRAD_BACKENDS.items() if not (b == "typescript" and family != "gpt2")}
+    out = tmp_path / "report.json"
+    proc = run_cli("run", "--grad", "--fixture", str(fixture), "--backends", ",".join(sorted(backends)),
+                   "--json", str(out), "-q", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    grad = json.loads(out.read_text())["grad"]
+    assert grad["passed"] is True and grad["counts"]["failed"] == 0 and not grad["not_supported"]
+    n_cases, n_steps = len(manifest["training"]["cases"]), manifest["training"]["steps"]
+    for backend, precisions in backends.items():
+        tiers = {(p, g) for p in precisions for g in (("fp32",) if p == "fp32" else ("fp64", "fp32"))}
+        for kind, n in (("results", n_cases), ("train_results", n_steps)):
+            rows = [r for r in grad[kind] if r["backend"] == backend and r["status"] == "ok"]
+            assert {(r["precision"], r["golden"]) for r in rows} == tiers, (backend, kind)
+            per_tier = {t: sum(1 for r in rows if (r["precision"], r["golden"]) == t) for t in tiers}
+            assert min(per_tier.values()) >= n, (backend, kind, per_tier)
