@@ -33,7 +33,7 @@ pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.t
 
 BUILT_INS = ["numpy", "pytorch", "onnxruntime", "onnxruntime-optimized", "onnx-reference", "typescript",
              "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "onnxruntime-webgpu",
-             "hf-transformers", "openvino", "transformerlens", "torch-compile"]
+             "hf-transformers", "openvino", "transformerlens", "torch-compile", "jax"]
 
 
 class Perfect(Backend):
