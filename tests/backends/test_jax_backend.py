@@ -268,6 +268,7 @@ def test_a_configuration_of_no_fixture_agrees_with_the_reference(variant: str, p
     _check_training(fixture, spec, precision, want_train, bound, variant)
 
 
+@pytest.mark.full  # two jit compilations of a second model (~5 s): the full set (CI) runs it
 @pytest.mark.parametrize("config", [GPTConfig(), LlamaConfig()], ids=["gpt2", "llama"])
 def test_the_read_outs_keep_the_fixtures_rows(config: GPTConfig | LlamaConfig) -> None:
     """A fixture that keeps the last 3 positions of probs and the logit lens (GPT-2-sized ones do): those rows of

@@ -169,6 +169,7 @@ def test_a_random_error_gets_no_cause(toy: Fixture, where: str) -> None:
     assert grad_cause(toy, d, b.copy(), goldens["fp64"], tol) == ""  # nothing fails: nothing to name
 
 
+@pytest.mark.full  # a selftest run (~4 s): the full set (CI) runs it
 def test_only_the_first_divergences_arrays_are_kept(toy: Fixture, tmp_path: Path) -> None:
     """The gradient check keeps, per backend x precision x tier, the one array its first divergence is at (the worst
     case's), for the cause: what it keeps is exactly what the folded report's first divergences point to."""
