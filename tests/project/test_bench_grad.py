@@ -27,3 +27,12 @@ def test_the_target_is_issue_39s() -> None:
     assert target.verdict(29.0, 10.0, 5999.0).startswith("within")
     assert target.verdict(31.0, 10.0, 5000.0).startswith("MISSES")  # 3.1x
     assert target.verdict(10.0, 10.0, 6001.0).startswith("MISSES")  # over 6 GB
+
+
+def test_the_verdict_names_which_target_it_misses() -> None:
+    from benchmarks.bench import GRAD_ACCEPTANCE
+
+    target = GRAD_ACCEPTANCE["gpt2-small"]
+    assert target.verdict(40.0, 10.0, 5000.0) == "MISSES issue 39's 3x (4.00x, 5.00 GB; 6 GB met)"
+    assert target.verdict(10.0, 10.0, 7000.0) == "MISSES issue 39's 6 GB (1.00x, 7.00 GB; 3x met)"
+    assert target.verdict(40.0, 10.0, 7000.0) == "MISSES issue 39's 3x and 6 GB (4.00x, 7.00 GB)"
