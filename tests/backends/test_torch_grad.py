@@ -17,7 +17,7 @@ adjoint is off by O(1) either way. Each test prints its measured worst (pytest -
 The training records (each step's loss, gradient norm and every parameter, relative to each record's largest
 value) follow the same rule, except the key bias: its gradient is 0 in exact arithmetic, so AdamW turns each
 side's round-off into a step of up to lr; there both sides must stay within AdamW's own bound of each other
-(2 x sum of lr_t x `adam_bound`, the judge's rule for unresolved elements).
+(2 x sum of lr_t x `adam_bound`: AdamW's largest possible step over those steps).
 
 pytorch and hf-transformers on the toy run in the fast set; the rest is `full` (torch-compile compiles a loss
 graph per fixture shape and precision: about 75 s each on an empty inductor cache, about 15 s once saved).

@@ -298,12 +298,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         other = "--check" if args.check else "--from-hf" if args.from_hf else f"--preset {args.preset}"
         raise ParityError(f"--decoding-only adds the decoding goldens to a toy fixture; it does not combine "
                           f"with {other}")
-    if args.training_only and (args.from_hf or args.check or args.decoding_only):
-        other = "--check" if args.check else "--from-hf" if args.from_hf else "--decoding-only"
-        raise ParityError(f"--training-only adds the gradient goldens to an existing fixture; it does not combine "
-                          f"with {other}")
-    if args.training_only:  # any fixture parity wrote, whatever its preset: --fixture names it
-        args.preset = "toy"
+    if args.training_only:  # any fixture parity wrote, named by --fixture: no preset's path below applies
+        return _add_training(args)
     if args.preset == "toy-stress":
         if args.from_hf:
             raise ParityError("give --preset or --from-hf, not both")
@@ -332,12 +328,6 @@ def cmd_export(args: argparse.Namespace) -> int:
             if is_stress(load_fixture(fixture)):  # the toy's check is not the stress fixture's
                 raise ParityError(f"{fixture} was made by `parity export --preset {PRESET}`: pass --preset {PRESET}")
         return for_verdict(check_fixture(fixture, progress=_progress, retrain=not args.no_retrain))
-    if args.training_only:
-        from parity_harness._authoring.training_writer import add_training_to_fixture
-
-        add_training_to_fixture(fixture, progress=lambda m: _progress(f"parity export: {m}"))
-        _progress(f"parity export: added the gradient goldens to {fixture}")
-        return AGREE
     if args.decoding_only:
         from parity_harness._authoring.decoding_writer import add_decoding
         from parity_harness._authoring.fixture_writer import fixture_kind
@@ -385,6 +375,23 @@ def _export_scaled(args: argparse.Namespace) -> int:
 
         export_from_hf(Path(args.from_hf), target, exact_gelu=args.exact_gelu, long=args.long, progress=_progress)
     print(f"parity export: wrote {target}; run it with `parity run --fixture {target}`")
+    return AGREE
+
+
+def _add_training(args: argparse.Namespace) -> int:
+    """`parity export --training-only [--fixture DIR]`: the gradient goldens added to a fixture parity wrote; an option
+    that would choose another fixture or another job is refused (usage, exit 2), not ignored."""
+    from parity_harness._authoring.training_writer import add_training_to_fixture
+
+    others = [flag for flag, given in (("--check", args.check), ("--from-hf", args.from_hf),
+                                        ("--decoding-only", args.decoding_only),
+                                        (f"--preset {args.preset}", args.preset != "toy")) if given]
+    if others:
+        raise ParityError(f"--training-only adds the gradient goldens to the fixture --fixture names; it does not "
+                          f"combine with {others[0]}")
+    fixture = Path(args.fixture) if args.fixture else default_fixture_dir()
+    add_training_to_fixture(fixture, progress=lambda m: _progress(f"parity export: {m}"))
+    _progress(f"parity export: added the gradient goldens to {fixture}")
     return AGREE
 
 
