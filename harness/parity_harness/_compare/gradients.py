@@ -186,11 +186,11 @@ def _allowances(fixture: Fixture, spec: TrainingSpec, train64: TrainOutput,
     return _Allowances(fixture, spec, train64, atol)
 
 
-def grad_tolerances(fixture: Fixture, golden64: GradOutput, train64: TrainOutput) -> GradTolerances:
-    """The tolerances from the float64 goldens and the manifest's training section."""
-    section = fixture.training_section()
-    assert section is not None
-    spec = section.spec
+def backward_magnitudes(fixture: Fixture, golden64: GradOutput) -> dict[str, float]:
+    """M of each name of the backward: the largest float64 golden value up to it in backward order over the training
+    cases; the loss's its own."""
+    spec = fixture.training()
+    assert spec is not None
     magnitude: dict[str, float] = {}
     running = 0.0
     for name in backward_order(fixture):
@@ -200,6 +200,15 @@ def grad_tolerances(fixture: Fixture, golden64: GradOutput, train64: TrainOutput
             continue
         running = max(running, own)
         magnitude[name] = running
+    return magnitude
+
+
+def grad_tolerances(fixture: Fixture, golden64: GradOutput, train64: TrainOutput) -> GradTolerances:
+    """The tolerances from the float64 goldens and the manifest's training section."""
+    section = fixture.training_section()
+    assert section is not None
+    spec = section.spec
+    magnitude = backward_magnitudes(fixture, golden64)
     for s in range(1, spec.steps + 1):
         for name in train_order(fixture):
             magnitude[step_key(s, name)] = _largest([train64[step_key(s, name)]])
@@ -218,16 +227,12 @@ def measure_units(fixture: Fixture) -> dict[str, float]:
     g32, g64 = golden_training(fixture, "fp32")[0], golden_training(fixture, "fp64")[0]
     section = fixture.training_section()
     assert section is not None
-    running, units = 0.0, {}
+    magnitude, units = backward_magnitudes(fixture, g64), {}
     for name in backward_order(fixture):
-        own = _largest([g64[case][name] for case in spec.cases])
-        running = own if name == LOSS else max(running, own)
         worst = max(float(np.max(np.abs(g32[case][name].astype(np.float64) - g64[case][name])))
                     if g64[case][name].size else 0.0 for case in spec.cases)
-        scale = EPS["fp32"] * (own if name == LOSS else running)
+        scale = EPS["fp32"] * magnitude[name]
         units[name] = worst / scale if scale > 0 else 0.0
-        if name == LOSS:
-            running = 0.0
     floor = section.c["fp32"] / BUDGET_FACTOR
     return {k: float(f"{u:.3g}") for k, u in units.items() if u > floor}
 
@@ -338,4 +343,5 @@ class GradReport:
 
 
 __all__ = ["GRAD_NORM", "LOSS", "TRAIN_CASE", "GradReport", "GradRun", "GradTolerances", "adamw_trajectory",
-           "backward_order", "grad_tolerances", "judge_backward", "judge_training", "measure_units", "train_order"]
+           "backward_magnitudes", "backward_order", "grad_tolerances", "judge_backward", "judge_training",
+           "measure_units", "train_order"]
