@@ -362,8 +362,9 @@ llama_weights = init_weights  # the name the toy-llama writer and its check use
 
 PRESETS: dict[str, Preset] = {
 "llama-mini": Preset("llama-mini",
-                         LlamaConfig(vocab_size=96, n_ctx=32, d_model=16, n_layer=8, n_head=4, n_kv_heads=2, d_mlp=64),
-                         (1, 5, 24), 32, "the Llama family at toy size (8 blocks, grouped-query attention), for CI"),
+                         LlamaConfig(vocab_size=96, n_ctx=32, d_model=32, n_layer=8, n_head=4, n_kv_heads=2, d_mlp=64),
+                         (1, 5, 24), 32, "the Llama family at toy size (8 blocks, grouped-query attention; d 32, so "
+                                         "every matrix row holds whole 32-value quantization blocks), for CI"),
     "llama-small": Preset("llama-small",
                           LlamaConfig(vocab_size=32000, n_ctx=1024, d_model=768, n_layer=12, n_head=12, n_kv_heads=4,
                                       d_mlp=2048),

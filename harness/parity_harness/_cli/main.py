@@ -515,7 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     run.add_argument("--backends", help="comma-separated backend names (default: every available backend)")
     run.add_argument("--precision", default="all",
-                     help="which computations to check: fp32, fp64, fp16, bf16, comma-separated, or all "
+                     help="which computations to check: fp32, fp64, fp16, bf16, or weights stored as f16, q8_0, "
+                          "q4_0, q4_k (judged against those weights' own goldens); comma-separated, or all "
                           "(fp32,fp64; the default)")
     run.add_argument("--no-skip", action="store_true",
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")

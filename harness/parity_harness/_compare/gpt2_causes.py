@@ -36,6 +36,8 @@ SOFTMAX_SUM = "softmax normalizer wrong"
 GELU_TANH = "tanh GELU"
 GELU_EXACT = "exact GELU instead of gelu_new"
 GELU_RELU = "ReLU instead of GELU"
+GELU_GGML_TABLE = "ggml's GELU table"
+GGML_TABLE_SHARE = 0.9  # at least this share of the values bit-identical to the table's prediction
 ERF_APPROX = "erf approximated"
 ERF_OVERFLOW = "erf overflows"
 CONV1D_TRANSPOSE = "Conv1D weight transposed"
@@ -177,10 +179,38 @@ def _pattern(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, ato
     return []
 
 
+def ggml_gelu(pre: np.ndarray) -> np.ndarray:
+    """ggml's CPU GELU (GGML_GELU_FP16, ggml-cpu's vec.h): the tanh approximation looked up in a float16 table at the
+    input rounded to float16, f16(gelu_tanh(f16(x))); x itself above 10, 0 below -10."""
+    f32 = np.float32
+    x = np.asarray(pre, dtype=f32).astype(np.float16).astype(f32)  # the table's index: the input in float16
+    inner = f32(0.7978845608028654) * x * (f32(1.0) + f32(0.044715) * x * x)  # ggml_gelu_f32, in float32
+    table = f32(0.5) * x * (f32(1.0) + np.tanh(inner.astype(np.float64)).astype(f32))  # tanhf: correctly rounded
+    out = table.astype(np.float16).astype(np.float64)
+    return np.where(pre > 10.0, pre, np.where(pre < -10.0, 0.0, out))
+
+
+def _ggml_gelu(a: np.ndarray, ctx: TapContext) -> list[str]:
+    """ggml's GELU table: the candidate's own hook_post is f16(gelu_tanh(f16(its hook_pre))) at nearly every cell
+    (the float32 tanh that fills ggml's table and float64's round apart at a few float16 ties)."""
+    pre = ctx.candidate.get(ctx.tap.replace("hook_post", "hook_pre"))
+    if pre is None or pre.shape != a.shape or not a.size:
+        return []
+    share = float(np.mean(ggml_gelu(np.asarray(pre, dtype=np.float64)) == a))
+    if share < GGML_TABLE_SHARE:
+        return []
+    return [f"{GELU_GGML_TABLE}: {share:.1%} of the values are bit for bit f16(gelu_tanh(f16(pre))), ggml's GELU "
+            "(GGML_GELU_FP16: the tanh approximation read from a float16 table), a fixed choice of ggml's CPU "
+            "backend: float16's 11 bits, and the tanh GELU where the fixture's is exact"]
+
+
 def _gelu(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float, ctx: TapContext) -> list[str]:
     pre = ctx.golden(ctx.tap.replace("hook_post", "hook_pre"))
     if pre is None or pre.shape != a.shape:
         return []
+    table = _ggml_gelu(a, ctx)
+    if table:
+        return table
     tanh = 0.5 * pre * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (pre + 0.044715 * pre**3)))
     if _gpt(ctx).activation == "gelu_new":  # the fixture's own activation is the tanh one: the reverse mistake
         from parity_reference.numpy_model import gelu

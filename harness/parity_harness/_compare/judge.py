@@ -39,7 +39,7 @@ from typing import cast
 
 import numpy as np
 
-from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced, off_grid
+from parity_harness._core.precision import DTYPES, MAX_FINITE, Precision, is_reduced, is_stored, off_grid
 from parity_harness._core.status import Status
 
 OK, FAIL, NOT_SUPPORTED = Status.OK, Status.FAIL, Status.NOT_SUPPORTED
@@ -351,9 +351,10 @@ def judge_tensor(
             return CheckResult(backend, precision, golden, case, tap, FAIL, False, atol, rtol, math.inf, math.inf,
                                math.inf, message=f"dtype {actual.dtype} != expected {container} ({precision} results "
                                f"are {container} arrays holding {precision} values)", step=step)
-    # Judged in float64 without the copies: a reduced result's float32 container and either golden, and
-    # the golden of another tier (the float32 golden of a float64 result).
-    reduced = is_reduced(precision)
+    # Judged in float64 without the copies: a reduced result's float32 container and either golden, a stored
+    # weight format's float32 result and its weights' float64 golden, and the golden of another tier (the float32
+    # golden of a float64 result).
+    reduced = is_reduced(precision) or is_stored(precision)
     as_f64 = reduced and isinstance(actual, np.ndarray) and actual.dtype == np.float32
     cmp = _compare(actual, expected, atol, rtol, _F64 if as_f64 else None,
                    _F64 if reduced or golden != precision else None)

@@ -3,11 +3,18 @@
 This module imports nothing of parity's, so the fixture reader, the comparison, the runner, the
 views and the backends can all depend on it without depending on each other.
 
-Four precisions, two golden tiers. `fp32` and `fp64` are also the golden tiers (the fixture's two
-golden files). `fp16` and `bf16` are reduced precisions (docs/tolerances.md, "Reduced precision"):
+Four precisions, two golden tiers, and four stored weight formats. `fp32` and `fp64` are also the golden
+tiers (the fixture's two golden files). `fp16` and `bf16` are reduced precisions (docs/tolerances.md,
+"Reduced precision"):
 NumPy has no bfloat16, so a backend returns their results as **float32 arrays holding values exactly
 representable in the precision** (the container, `DTYPES`), checked at the boundary (`unrepresentable`),
 and they are judged against both golden tiers at the per-tap rule `c * eps * M_tap`.
+
+The stored weight formats (`STORED`: "f16", "q8_0", "q4_0", "q4_k", parity_harness/_fixture/stored_weights.py) are
+the weights as a GGUF file stores them, computed in float32: their golden is the float64 reference run on exactly
+those weights (one tier, "fp64"), judged at the per-tap rule with `EPS` the spacing of what the runtime's kernels
+round the activations to (fp16 for f16 weights, q8 blocks for the quantized ones), docs/tolerances.md
+"Stored weights".
 """
 
 from __future__ import annotations
@@ -16,17 +23,23 @@ from typing import Any, Literal
 
 import numpy as np
 
-Precision = Literal["fp32", "fp64", "fp16", "bf16"]  # what a backend computes in
+Precision = Literal["fp32", "fp64", "fp16", "bf16", "f16", "q8_0", "q4_0", "q4_k"]  # what a backend computes in
 Tier = Literal["fp32", "fp64"]  # a golden file (and the precision that made it)
 TIERS: tuple[Tier, ...] = ("fp32", "fp64")
 REDUCED: tuple[Precision, ...] = ("fp16", "bf16")  # judged by the per-tap rule, in a float32 container
-PRECISIONS: tuple[Precision, ...] = (*TIERS, *REDUCED)
+# Weights as a stored format holds them, computed in float32 (judged against the goldens of those weights).
+STORED: tuple[Precision, ...] = ("f16", "q8_0", "q4_0", "q4_k")
+PRECISIONS: tuple[Precision, ...] = (*TIERS, *REDUCED, *STORED)
 DEFAULT_PRECISIONS: tuple[Precision, ...] = TIERS  # what `--precision all` (and no --precision) runs
 # The dtype of the arrays a backend returns: fp16 and bf16 results come as float32 (exactly representable values).
 DTYPES: dict[Precision, type[np.floating[Any]]] = {
-    "fp32": np.float32, "fp64": np.float64, "fp16": np.float32, "bf16": np.float32}
+    "fp32": np.float32, "fp64": np.float64, "fp16": np.float32, "bf16": np.float32,
+    "f16": np.float32, "q8_0": np.float32, "q4_0": np.float32, "q4_k": np.float32}
 # Machine epsilon: the spacing of numbers just above 1 (fp16 2^-10, bf16 2^-7: 10 and 7 stored mantissa bits).
-EPS: dict[Precision, float] = {"fp32": 2.0**-23, "fp64": 2.0**-52, "fp16": 2.0**-10, "bf16": 2.0**-7}
+# A stored format's: what the runtime rounds activations to before a product with its weights: fp16 for f16
+# weights (ggml's F16 dot products), a q8 block (8-bit steps of the block's largest value) for quantized ones.
+EPS: dict[Precision, float] = {"fp32": 2.0**-23, "fp64": 2.0**-52, "fp16": 2.0**-10, "bf16": 2.0**-7,
+                               "f16": 2.0**-10, "q8_0": 2.0**-7, "q4_0": 2.0**-7, "q4_k": 2.0**-7}
 # The largest finite value (bf16 keeps float32's exponent range).
 MAX_FINITE: dict[Precision, float] = {p: float(np.finfo(np.float32).max) for p in ("fp32", "bf16")} | {
     "fp64": float(np.finfo(np.float64).max), "fp16": float(np.finfo(np.float16).max)}
@@ -37,7 +50,14 @@ def tiers_for(precision: Precision) -> list[Tier]:
     """The golden files a result of `precision` is compared with, in report order: a float64 result
     against the float64 golden, and against the float32 one at the fp32 tolerance; a reduced-precision
     result against both, at its own per-tap rule."""
+    if precision in STORED:  # the goldens of the weights it was given: one tier, their float64 truth
+        return ["fp64"]
     return ["fp32"] if precision == "fp32" else ["fp64", "fp32"]
+
+
+def is_stored(precision: str) -> bool:
+    """True for a stored weight format: f16, q8_0, q4_0, q4_k (float32 arithmetic on weights as the format holds)."""
+    return precision in STORED
 
 
 def is_reduced(precision: str) -> bool:

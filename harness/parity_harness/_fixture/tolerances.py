@@ -51,7 +51,13 @@ REDUCED_C_CEILING = 4.0  # a manifest's c may be at most this many times the def
 # every honest built-in backend measured on the toy, the stress fixture, gpt2-mini and gpt2-small (fp32 4.34,
 # fp64 56.6, fp16 1.37, bf16 0.98), and at least 2x below the systematic errors the tiers must catch (fp16
 # x 0.99: 10.6; bf16 x 0.95: 6.6; fp32 + 1e-5 on the toy's blocks.0.hook_resid_mid: 91).
-SYSTEMATIC_BOUND: dict[Precision, float] = {"fp32": 16.0, "fp64": 200.0, "fp16": 4.5, "bf16": 3.0}
+SYSTEMATIC_BOUND: dict[Precision, float] = {"fp32": 16.0, "fp64": 200.0, "fp16": 4.5, "bf16": 3.0,
+                                            "f16": 4.5, "q8_0": 3.0, "q4_0": 3.0, "q4_k": 3.0}
+
+# A stored weight format's c in atol = c * eps * M_tap against the goldens of its own weights (stored_goldens.py;
+# eps: what the runtime rounds activations to, precision.EPS), from the budget measured on llama.cpp
+# (docs/tolerances.md, "Stored weights").
+STORED_C: dict[Precision, float] = {"f16": 32.0, "q8_0": 32.0, "q4_0": 32.0, "q4_k": 32.0}
 
 
 @dataclass(frozen=True)

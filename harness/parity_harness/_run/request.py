@@ -7,7 +7,7 @@ the same one line, because there is no other path:
 - the backends: registered names loaded, instances put behind the boundary, each given once, dependencies
   present when named; by default every registered backend with `by_default`, the unavailable ones skipped
   (an error under `no_skip`);
-- the precisions: known names, `all` meaning fp32 and fp64;
+- the precisions: known names (the stored weight formats too), `all` meaning fp32 and fp64;
 - a backend asked for by name that computes in none of the requested precisions: refused before any runs;
   one that ran and compared nothing (it declined the fixture, every tap 'not supported') makes the verdict
   NOTHING_COMPARED (`Report.named`, `Report.verdict`): never a pass, on any surface;
@@ -129,17 +129,20 @@ def backends_from(specs: object) -> list[GuardedBackend]:
     return chosen
 
 
+KNOWN = ", ".join(PRECISIONS)  # every precision and stored weight format, as the errors name them
+
+
 def precisions_from(spec: object) -> list[Precision]:
-    """"fp32", "fp64", "fp16", "bf16", "all" (fp32, fp64: the reduced precisions only when named), a
-    comma-separated string of them, or a sequence; each once, in the order given."""
+    """"fp32", "fp64", "fp16", "bf16", a stored weight format ("f16", "q8_0", "q4_0", "q4_k"), "all" (fp32,
+    fp64: the others only when named), a comma-separated string of them, or a sequence; each once, in order."""
     if isinstance(spec, str):
         asked: list[object] = [p.strip() for p in spec.split(",")]
     elif isinstance(spec, Sequence):
         asked = list(spec)
     else:
-        raise ParityError(f"precisions {_type_name(spec)}: expected fp32, fp64, fp16, bf16, all or a list of them")
+        raise ParityError(f"precisions {_type_name(spec)}: expected {KNOWN}, all or a list of them")
     if not asked:
-        raise ParityError("precisions: give at least one of fp32, fp64, fp16, bf16 or all")
+        raise ParityError(f"precisions: give at least one of {KNOWN} or all")
     wanted: list[Precision] = []
     for p in asked:
         if p == "all":
@@ -147,7 +150,7 @@ def precisions_from(spec: object) -> list[Precision]:
         elif isinstance(p, str) and p in PRECISIONS:
             wanted.append(p)  # type: ignore[arg-type]
         else:
-            raise ParityError(f"unknown precision {str(p)[:40]!r}: expected fp32, fp64, fp16, bf16, all (fp32, fp64) "
+            raise ParityError(f"unknown precision {str(p)[:40]!r}: expected {KNOWN}, all (fp32, fp64) "
                               "or a comma-separated list (--precision)")
     return list(dict.fromkeys(wanted))
 

@@ -3,7 +3,9 @@
 Tiers: a backend's float32 results are compared with the float32 golden at the fp32 tolerance;
 its float64 results with the float64 golden at the fp64 tolerance and, at the fp32 tolerance,
 with the float32 golden too (the golden is upcast to float64 for that comparison); its fp16 and bf16
-results with both goldens at the per-tap rule c * eps * M_tap (`Fixture.reduced_tolerance`).
+results with both goldens at the per-tap rule c * eps * M_tap (`Fixture.reduced_tolerance`); a stored weight format's
+(f16, q8_0, q4_0, q4_k) with the goldens of the weights it stores, one tier, at its own per-tap rule
+(parity_harness/_fixture/stored_goldens.py).
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ from parity_harness._compare.judge import (
 )
 from parity_harness._compare.report import BackendRun, Report, read_from
 from parity_harness._core.errors import ParityError
-from parity_harness._core.precision import DEFAULT_PRECISIONS, EPS, is_reduced, tiers_for
+from parity_harness._core.precision import DEFAULT_PRECISIONS, EPS, is_reduced, is_stored, tiers_for
 from parity_harness._core.status import RunStatus
 from parity_harness._fixture.fixture import Case, Fixture
+from parity_harness._fixture.stored_goldens import stored_goldens
 from parity_harness._fixture.tolerances import FP32_ATOL, FP64_ATOL, SYSTEMATIC_BOUND
 
 
@@ -57,9 +60,13 @@ def compare_case(
     returned every position.
     """
     tolerances = fixture.tolerances[golden_tier]
+    stored = stored_goldens(fixture, precision) if is_stored(precision) else None
     results: list[CheckResult] = []
     for tap in fixture.tap_names:  # fp16, bf16: the per-tap rule c * eps * M_tap, the same in both tiers
-        tol = fixture.reduced_tolerance(precision, tap) if is_reduced(precision) else tolerances.for_tap(tap)
+        if stored is not None:  # a stored format: its own per-tap rule, against the goldens of its weights
+            tol = stored.tolerance(tap)
+        else:
+            tol = fixture.reduced_tolerance(precision, tap) if is_reduced(precision) else tolerances.for_tap(tap)
         if tap not in supported:
             results.append(CheckResult(name, precision, golden_tier, case.name, tap, NOT_SUPPORTED, None,
                                        tol.atol, tol.rtol))
@@ -138,14 +145,17 @@ def run_parity(
             if not keep_on_crash:
                 raise own.crash
             report.crash = own.crash
-    if decoding and report.crash is None:
+    # Decoding and the backward have goldens of the fixture's own weights only: a stored weight format is judged
+    # on the forward pass, against the goldens of the weights it stores.
+    own_weights = [p for p in wanted if not is_stored(p)]
+    if decoding and report.crash is None and own_weights:
         from parity_harness._run.decode_check import run_decoding
 
-        report.decoding = run_decoding(fixture, guards, wanted, say)
-    if grad and report.crash is None:
+        report.decoding = run_decoding(fixture, guards, own_weights, say)
+    if grad and report.crash is None and own_weights:
         from parity_harness._run.grad_check import run_gradients
 
-        report.grad = run_gradients(fixture, guards, wanted, say, release_memory)
+        report.grad = run_gradients(fixture, guards, own_weights, say, release_memory)
     finish_report(report, fixture)
     return report
 
@@ -277,7 +287,7 @@ class CaseJudge:
                 self.budget.add_case(case.name, cut, truth, magnitudes)
             del truth
         for tier in self.by_tier:  # the goldens of the taps the backend declares: no other is compared
-            golden = self.fixture.golden_case(tier, case.name, self.supported)
+            golden = self.golden(tier, case)
             results = compare_case(self.name, self.fixture, self.precision, case, taps, self.supported, tier, golden)
             self.by_tier[tier] += results
             self.diagnose_first(case, taps, tier, golden, results)
@@ -287,12 +297,20 @@ class CaseJudge:
                     self.budget.add_case(case.name, cut, golden, magnitudes)
             del golden
 
+    def golden(self, tier: Precision, case: Case) -> dict[str, np.ndarray]:
+        """The golden taps a case is judged against: the fixture's tier, or for a stored weight format the goldens
+        of the weights it stores (their float64 truth)."""
+        if is_stored(self.precision):
+            own = stored_goldens(self.fixture, self.precision).case(case.name)
+            return {tap: own[tap] for tap in self.supported}
+        return self.fixture.golden_case(tier, case.name, self.supported)
+
     def diagnose_first(self, case: Case, taps: dict[str, np.ndarray], tier: Precision,
                        golden: dict[str, np.ndarray], results: list[CheckResult]) -> None:
         """Name the likely cause at this case's first failing tap in this tier (_compare/diagnose.py): the
         only place a first divergence can be, so one diagnosis per failing case and tier, not per check."""
         failing = next((r for r in results if r.status == FAIL), None)
-        if failing is None:
+        if failing is None or is_stored(self.precision):  # the known-bug patterns read the fixture's own goldens
             return
         from parity_harness._compare.diagnose import diagnose
         from parity_harness._compare.patterns import TapContext
@@ -354,7 +372,7 @@ def systematic_allowance(fixture: Fixture, precision: Precision) -> dict[str, fl
     """{tap: max(1, its per-cell atol in force / the atol `parity export` writes for the tier)} in fp32 and fp64:
     a per-tap override (the fixture's measured budget at that tap) or a loosened default widens the aggregate
     bound as much as it widens each cell's; {} in the reduced precisions (their per-tap rule has no override)."""
-    if is_reduced(precision):
+    if is_reduced(precision) or is_stored(precision):
         return {}
     tolerances, default = fixture.tolerances[precision], EXPORTED_ATOL[precision]
     return {tap: max(1.0, tolerances.for_tap(tap).atol / default) for tap in fixture.tap_names}
