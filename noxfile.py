@@ -96,7 +96,8 @@ def _drop_browser_backends(posargs: list[str]) -> list[str]:
 def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:
     """(fixture, `parity run` args) for each fixture the session checks: the toy, the stress fixture and the toy
     Llama (the second model family), or only the one `--fixture` names among the args. Each with `--grad`: the gate
-    checks the backward and the training steps too."""
+    checks the backward and the training steps too. Then llama.cpp (run only when named) on the toy Llama, in fp32
+    and its stored weight formats."""
     for i, arg in enumerate(posargs):
         if arg == "--fixture" and i + 1 < len(posargs):
             return [(posargs[i + 1], ["--no-skip", "--grad", *posargs])]
@@ -108,6 +109,11 @@ def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:
                                  *_report_paths_for(posargs, "toy-stress")]),
         ("fixtures/toy-llama", ["--no-skip", "--grad", "--fixture", "fixtures/toy-llama",
                                 *_report_paths_for(posargs, "toy-llama")]),
+        # llama.cpp runs when named (its GELU table fails the GPT-2 toys by design): the Llama toy, fp32 and every
+        # stored weight format against the goldens of the weights it stores.
+        ("fixtures/toy-llama (llama-cpp)", ["--backends", "llama-cpp", "--fixture", "fixtures/toy-llama",
+                                            "--precision", "fp32,f16,q8_0,q4_0,q4_k",
+                                            *_report_paths_for(posargs, "toy-llama-llama-cpp")]),
     ]
 
 

@@ -189,3 +189,8 @@ class Backend:
     def declines(self, fixture: Fixture) -> str | None:
         """Why this backend does not run on `fixture` at all (reported once as not supported), or None."""
         return None
+
+    def build_info(self) -> str | None:
+        """What it computed with, one line, for the report (after it ran): a native library's version, build and
+        the CPU features it used. None by default (nothing to say beyond its name)."""
+        return None

@@ -390,6 +390,14 @@ class GuardedBackend:
                                 "expected a reason (str) or None")
         return one_line(reason) if reason is not None else None
 
+    def build_info(self) -> str | None:
+        """What it says it computed with (`Backend.build_info`), as one sanitized line, or None."""
+        info = self._call("build_info", self._backend.build_info)
+        if info is not None and not isinstance(info, str):
+            raise BackendMisbehaved(f"backend {self.name!r}: build_info() returned {type(info).__name__}, "
+                                    "expected a line (str) or None")
+        return one_line(info) if info else None
+
     def taps(self, fixture: Fixture) -> list[str]:
         """The taps it produces for `fixture`: a non-empty list of the fixture's taps, no repeats."""
         view = fixture.for_backend()

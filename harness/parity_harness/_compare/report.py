@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from parity_harness._compare.budget import BudgetRow
 from parity_harness._compare.judge import NOT_SUPPORTED, CheckResult, FirstDivergence, TapSummary
+from parity_harness._compare.stored import StoredRun
 from parity_harness._compare.tree import BackendRun as BackendRun  # re-exported: where every caller finds it
 from parity_harness._compare.tree import ReportTree, build_tree
 from parity_harness._core.precision import BackendOutput
@@ -68,6 +69,12 @@ class Report:
     # Registered plugins the default selection could not load, one line each ("NAME: its error"): the others ran,
     # and the verdict is CRASHED (exit 2), never a pass (parity_harness/_run/request.py, `select_backends`).
     broken: list[str] = field(default_factory=list)
+    # Each stored weight format's run (f16, q8_0, ...): per tap the runtime's error and the format's own cost, in
+    # units of eps * M_tap (parity_harness/_compare/stored.py); the second is informational, never a verdict.
+    stored: list[StoredRun] = field(default_factory=list)
+    # What each backend that ran says it computed with, one line (`Backend.build_info`: a native library's build
+    # and the CPU features it uses), by backend; sanitized at the boundary.
+    builds: dict[str, str] = field(default_factory=dict)
     # The report as a tree (`tree`), built on first use; from then on the Report is frozen. Not in JSON.
     _tree: ReportTree | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -17,8 +17,11 @@ def num_text(x: float | None) -> str:
 
 
 def tier_label(precision: str, golden: str) -> str:
-    """What a backend computed in against which golden file: 'fp64 vs fp32'."""
-    return f"{precision} vs {golden}"
+    """What a backend computed in against which golden file: 'fp64 vs fp32'; a stored weight format against the
+    float64 goldens of the weights it stores: 'q8_0 vs own fp64'."""
+    from parity_harness._core.precision import is_stored
+
+    return f"{precision} vs own {golden}" if is_stored(precision) else f"{precision} vs {golden}"
 
 
 def tier_key(precision: str, golden: str) -> str:

@@ -42,12 +42,13 @@ from parity_harness._compare.judge import (
     name_index,
 )
 from parity_harness._compare.report import BackendRun, Report, read_from
+from parity_harness._compare.stored import stored_run
 from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import DEFAULT_PRECISIONS, EPS, is_reduced, is_stored, tiers_for
 from parity_harness._core.status import RunStatus
 from parity_harness._fixture.fixture import Case, Fixture
 from parity_harness._fixture.stored_goldens import stored_goldens
-from parity_harness._fixture.tolerances import FP32_ATOL, FP64_ATOL, SYSTEMATIC_BOUND
+from parity_harness._fixture.tolerances import FP32_ATOL, FP64_ATOL, STORED_C, SYSTEMATIC_BOUND
 
 
 def compare_case(
@@ -173,6 +174,8 @@ def add_backend_result(report: Report, own: BackendResult) -> None:
     report.causes.update(own.causes)
     report.supported.update(own.supported)
     report.outputs.update(own.outputs)
+    report.stored += own.stored
+    report.builds.update(own.builds)
 
 
 def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, wanted: list[Precision],
@@ -207,6 +210,10 @@ def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, want
                 del taps
             report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.RAN))
             judge.finish(report)
+            if backend.name not in report.builds:
+                build = backend.build_info()
+                if build:
+                    report.builds[backend.name] = build
             if release and precision != computed[-1]:
                 release_memory()  # between its precisions; after the last, run_parity's run_one does it
     except ParityError as exc:
@@ -363,6 +370,11 @@ class CaseJudge:
         report.supported[(self.name, self.precision)] = list(self.supported)
         if self.budget is not None:
             report.budget += self.budget.rows()
+        if is_stored(self.precision):  # per tap: the runtime's error and the format's own cost, in one unit
+            own = stored_goldens(self.fixture, self.precision)
+            report.stored.append(stored_run(
+                self.name, self.precision, own.storage, STORED_C[self.precision], self.by_tier["fp64"],
+                {tap: own.unit(tap) for tap in self.fixture.tap_names}, own.format_cost, self.fixture.tap_names))
 
 
 EXPORTED_ATOL: dict[str, float] = {"fp32": FP32_ATOL, "fp64": FP64_ATOL}

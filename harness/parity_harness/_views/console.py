@@ -300,6 +300,14 @@ def print_report(report: Report, out: TextIO, verbose: int | bool = 0, budget: b
         _emit(out)
         for line in grad_lines(tree.grad):
             _emit(out, line)
+    if report.stored:  # a stored weight format: the verdict's number and the format's own cost
+        from parity_harness._views.stored import stored_lines
+
+        _emit(out)
+        for line in stored_lines(report.stored, verbose=level > 0):
+            _emit(out, line)
+    for backend, build in report.builds.items():  # what a native backend says it computed with
+        _emit(out, f"{backend}: {build}")
     for note in report.restarts:  # an infrastructure flake the run recovered from: said, never hidden
         _emit(out, f"restarted: {note}")
     if budget:
@@ -450,6 +458,7 @@ def report_json(report: Report) -> dict[str, Any]:
     from parity_harness._core.shown_path import shown_fixture
     from parity_harness._views.decoding import decoding_json
     from parity_harness._views.gradients import grad_json
+    from parity_harness._views.stored import stored_json
 
     by_backend: dict[str, list[dict[str, Any]]] = {}  # the tree's tiers in order; a backend's follow each other
     for tier in report.tree.tiers:
@@ -485,6 +494,8 @@ def report_json(report: Report) -> dict[str, Any]:
         "taps_compared": {b: {"compared": n, "of": total} for b, (n, total) in report.taps_compared().items()},
         **({"decoding": decoding_json(report.decoding)} if report.decoding is not None else {}),
         **({"grad": grad_json(report.grad)} if report.grad is not None else {}),
+        **({"stored": stored_json(report.stored)} if report.stored else {}),
+        **({"builds": dict(report.builds)} if report.builds else {}),
     })
 
 

@@ -53,6 +53,8 @@ def ggml_base() -> ctypes.CDLL:
     lib.ggml_nbytes.restype = ctypes.c_size_t
     lib.ggml_op_desc.argtypes = [ctypes.c_void_p]  # the op's name, a unary or GLU op's own (GELU, SWIGLU)
     lib.ggml_op_desc.restype = ctypes.c_char_p
+    lib.ggml_version.restype = lib.ggml_commit.restype = ctypes.c_char_p
+    lib.ggml_version.argtypes = lib.ggml_commit.argtypes = []
     lib.ggml_tensor_overhead.restype = ctypes.c_size_t
     lib.ggml_tensor_overhead.argtypes = []
     # ggml_tensor_overhead() is GGML_OBJECT_SIZE + GGML_TENSOR_SIZE; the object header is 32 bytes on 64-bit.
@@ -60,6 +62,19 @@ def ggml_base() -> ctypes.CDLL:
         raise BackendFailed("llama-cpp: this ggml's tensor struct is not the one parity reads "
                             f"(ggml_tensor_overhead {lib.ggml_tensor_overhead()}); pin llama-cpp-python==0.3.36")
     return lib
+
+
+def build_line() -> str:
+    """llama-cpp-python's version, ggml's version and commit, and the CPU features its build uses (ggml's own
+    system info: "AVX2 AVX512 F16C FMA ...", the features set to 1)."""
+    import llama_cpp
+
+    lib = ggml_base()
+    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    features = [part.split("=")[0].strip() for part in info.split("|") if part.strip().endswith("= 1")]
+    features = [f.split(":")[-1].strip() for f in features]
+    return (f"llama-cpp-python {llama_cpp.__version__}, ggml {lib.ggml_version().decode()} "
+            f"({lib.ggml_commit().decode()}), CPU: {' '.join(features) or 'none named'}")
 
 
 @dataclasses.dataclass(frozen=True)
