@@ -11,6 +11,10 @@ On a Llama fixture (`fixture.family == "llama"`) it runs parity_reference/llama_
 the same four precisions, and decodes with its `prefill`/`decode_step` (a [n_kv_heads, T, d_head] cache);
 `run_layer` is GPT-2's only.
 
+It also runs the stored weight formats (f16, q8_0, q4_0, q4_k: parity_harness/_fixture/stored_weights.py): the
+weights as that GGUF type stores them, dequantized, computed in float32, judged like any runtime given those
+weights (against their goldens); exact arithmetic on them, so what it shows is the format's own cost.
+
 Its backward (`parity run --grad`, fp32 and fp64, both families) is the goldens' own computation:
 `parity_reference.backward.case_gradients` (torch autograd through the reference, every tap on the loss's path
 and every parameter) for each training case, and `train_steps` (torch.optim.AdamW, one tensor at a time) on the
@@ -26,7 +30,9 @@ import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision, training_spec
 from parity_harness._core.errors import FixtureError
+from parity_harness._core.precision import is_stored
 from parity_harness._fixture.decoding import reference_decode
+from parity_harness._fixture.stored_weights import stored_weights
 from parity_reference.run import reference_taps, torch_params
 
 if TYPE_CHECKING:
@@ -37,7 +43,8 @@ if TYPE_CHECKING:
 class PyTorchBackend(Backend):
     name: ClassVar[str] = "pytorch"
     description: ClassVar[str] = "the PyTorch reference (parity_reference/model.py); fp16 and bf16 on the CPU"
-    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
+    # and the stored weight formats: the weights as f16/q8_0/q4_0/q4_k store them, computed in float32
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16", "f16", "q8_0", "q4_0", "q4_k")
     requires: ClassVar[tuple[str, ...]] = ("torch",)
     families: ClassVar[tuple[str, ...]] = ("gpt2", "llama")
     install_hint: ClassVar[str] = "pip install 'parity-harness[torch]'"
@@ -55,7 +62,10 @@ class PyTorchBackend(Backend):
             bad = [t for t in case.tokens if not 0 <= t < vocab_size]
             if bad:
                 raise FixtureError(f"case {case.name!r}: token id {bad[0]} out of range [0, {vocab_size})")
-        weights = fixture.weights()
+        if is_stored(precision):  # the weights as the format stores them (dequantized), computed in float32
+            weights, precision = stored_weights(fixture, precision), "fp32"
+        else:
+            weights = fixture.weights()
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         params = torch_params(weights, precision, consume=True)  # each float32 array freed once cast
         lens_rows = fixture.lens_rows()

@@ -177,9 +177,20 @@ def dequantized(tensor: StoredTensor) -> np.ndarray:
     return np.asarray(dequantize(tensor.data, _ggml_type(tensor.kind)), dtype=np.float32).reshape(tensor.shape)
 
 
+def _require_gguf() -> None:
+    """ParityError (one line) when the `gguf` package, which quantizes and dequantizes, is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise ParityError("the stored weight formats need the gguf package: pip install 'parity-harness[llama-cpp]' "
+                          "(or gguf==0.19.0)")
+
+
 def gguf_tensors(fixture: Fixture, fmt: str) -> dict[str, StoredTensor]:
     """Every parameter as a GGUF file of format `fmt` stores it ("f32": the fixture's float32 weights), by GGUF
-    name, in the fixture's parameter order."""
+    name, in the fixture's parameter order. ParityError when the `gguf` package is missing."""
+    if fmt != "f32":
+        _require_gguf()
     layout, weights = gguf_layout(fixture), fixture.weights()
     out: dict[str, StoredTensor] = {}
     for name, entry in layout.items():

@@ -15,7 +15,7 @@ from parity_harness._core.precision import EPS
 
 
 def _eps(precision: str) -> str:
-    return f"2^{int(round(math.log2(EPS[precision])))}"  # type: ignore[index]
+    return f"2^{round(math.log2(EPS[precision]))}"  # type: ignore[index]
 
 
 def _storage(run: StoredRun) -> str:
