@@ -7,8 +7,10 @@ so that Python and TypeScript read the same facts instead of re-deriving them fr
 - `code`: the family's code by role, as dotted module names (`CODE_ROLES`): `torch` and `numpy` (the reference
   forward in each, with `run_with_taps`/`forward`, `decode_step` and `decode`), `params` (the module whose
   `param_shapes(config)` names the weights), and the harness's own parts of the family: `authoring` (truth,
-  ONNX constants, checkpoint import, presets), `causes` (its known porting bugs' patterns) and `mutants` (its
-  selftest mutants). This table is the family registry: a new family is a new table and the modules it names;
+  ONNX constants, checkpoint import, presets), `causes` (its known porting bugs' patterns), `mutants` (its
+  selftest mutants) and `gguf` (its parameters' GGUF names and layout, `layout(config, names)`, for the stored
+  weight formats and llama.cpp). This table is the family registry: a new family is a new table and the modules it
+  names;
   nothing else lists the families;
 - `decoding`: the taps the incremental decoding cache holds (`cache_keys`, `cache_values`, relative to
   "blocks.{i}.") and the config field counting the cache's heads (`cache_heads`);
@@ -48,7 +50,7 @@ SYMBOLS = ("T", "d_model", "n_head", "n_kv_heads", "d_head", "d_mlp", "vocab_siz
 AXES = ("position", "key_position", "head", "dim", "neuron", "token", "scale")
 SUBLAYERS = ("attn", "mlp", "unembed")
 _TAP_KEYS = ("name", "shape", "axes", "rows", "bounds", "layer", "sublayer")
-CODE_ROLES = ("torch", "numpy", "params", "authoring", "causes", "mutants")
+CODE_ROLES = ("torch", "numpy", "params", "authoring", "causes", "mutants", "gguf")
 _DECODING_KEYS = ("cache_keys", "cache_values", "cache_heads")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")

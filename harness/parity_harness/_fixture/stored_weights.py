@@ -4,8 +4,8 @@
 like llama.cpp is given. Judged against the fixture's own golden, a quantized model "fails" everywhere by an
 amount that says nothing about the runtime; so parity judges it against the truth of the weights it was given:
 
-- `gguf_tensors(fixture, fmt)`: every parameter in GGUF's layout and name (`GGUF_LAYOUT`: llama.cpp's names,
-  nn.Linear's [out, in]; Llama's q/k rows permuted to llama.cpp's interleaved RoPE pairs, as its converter does),
+- `gguf_tensors(fixture, fmt)`: every parameter in GGUF's layout and name (`gguf_layout.py`, from the family's
+  `gguf` module: llama.cpp's names, nn.Linear's [out, in], rows permuted where llama.cpp's converter does),
   each stored in the type `storage_type` picks, quantized by the `gguf` package's reference code (`q4_k`:
   parity's own quantizer, `q4_k.py`, since `gguf` has none), as the bytes the file holds;
 - `stored_weights(fixture, fmt)`: those same bytes dequantized by the `gguf` package's reference code, back under
@@ -20,16 +20,20 @@ q8_0 and q4_0, 256 for q4_k), else q4_k falls back to q5_0, and what still does 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from parity_harness._core.errors import ParityError
+from parity_harness._fixture.gguf_layout import LayoutEntry, gguf_layout, half_split_rows, interleave_rows
 
 if TYPE_CHECKING:
     from parity_harness._fixture.fixture import Fixture
+
+__all__ = ["STORED_FORMATS", "LayoutEntry", "StoredTensor", "dequantized", "gguf_layout", "gguf_tensors",
+           "half_split_rows", "interleave_rows", "is_stored", "storage_summary", "storage_type", "store",
+           "stored_weights"]
 
 StoredFormat = Literal["f16", "q8_0", "q4_0", "q4_k"]
 STORED_FORMATS: tuple[StoredFormat, ...] = ("f16", "q8_0", "q4_0", "q4_k")
@@ -54,84 +58,6 @@ def storage_type(fmt: str, shape: tuple[int, ...]) -> str:
         if kind is not None and shape[-1] % BLOCK[kind] == 0:
             return kind
     return "f16"
-
-
-# -- GGUF's layout: each family's parameter names and the transform into llama.cpp's layout and back ----------
-
-Transform = Callable[[np.ndarray], np.ndarray]
-
-
-def _same(x: np.ndarray) -> np.ndarray:
-    return x
-
-
-def _transpose(x: np.ndarray) -> np.ndarray:  # GPT-2's Conv1D [in, out] <-> GGUF's [out, in]
-    return np.ascontiguousarray(x.T)
-
-
-def interleave_rows(x: np.ndarray, heads: int) -> np.ndarray:
-    """Llama's q/k rows from Hugging Face's half-split RoPE pairs (d, d + d_head/2) to llama.cpp's interleaved
-    ones (2i, 2i + 1), head by head: convert_hf_to_gguf.py's `permute`. x: [heads * d_head, ...]."""
-    return x.reshape(heads, 2, x.shape[0] // heads // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
-
-
-def half_split_rows(x: np.ndarray, heads: int) -> np.ndarray:
-    """The inverse of `interleave_rows`: llama.cpp's interleaved rows back to Hugging Face's half-split ones."""
-    return x.reshape(heads, x.shape[0] // heads // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
-
-
-@dataclasses.dataclass(frozen=True)
-class LayoutEntry:
-    """One parameter: its GGUF name, and the transforms from Hugging Face's layout to GGUF's and back."""
-
-    gguf: str
-    to_gguf: Transform = _same
-    from_gguf: Transform = _same
-
-
-def gguf_layout(fixture: Fixture) -> dict[str, LayoutEntry]:
-    """Every parameter of the fixture (Hugging Face name) -> its GGUF name and layout transforms; ParityError for a
-    family llama.cpp's architectures do not cover."""
-    config, names = fixture.model.config, list(fixture.model.param_shapes())
-    if fixture.family == "llama":
-        return {name: _llama_entry(name, config) for name in names}
-    if fixture.family == "gpt2":
-        return {name: _gpt2_entry(name) for name in names}
-    raise ParityError(f"the {fixture.family} family has no GGUF layout (llama.cpp's gpt2 and llama only)")
-
-
-_LLAMA_BLOCK = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-                "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-                "mlp.down_proj": "ffn_down"}
-_LLAMA_TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
-
-
-def _llama_entry(name: str, config: Any) -> LayoutEntry:
-    stem, kind = name.rsplit(".", 1)  # kind: weight or bias
-    if stem in _LLAMA_TOP:
-        return LayoutEntry(f"{_LLAMA_TOP[stem]}.{kind}")
-    _, _, layer, part = stem.split(".", 3)  # model.layers.{i}.{part}
-    gguf = f"blk.{layer}.{_LLAMA_BLOCK[part]}.{kind}"
-    heads = {"self_attn.q_proj": config.n_head, "self_attn.k_proj": config.n_kv_heads}.get(part)
-    if heads is None or config.rope_pairing != "half":  # llama.cpp's `llama` RoPE pairs neighbours (2i, 2i + 1)
-        return LayoutEntry(gguf)
-    return LayoutEntry(gguf, functools.partial(interleave_rows, heads=heads),
-                       functools.partial(half_split_rows, heads=heads))
-
-
-_GPT2_BLOCK = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
-               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
-_GPT2_TOP = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm"}
-
-
-def _gpt2_entry(name: str) -> LayoutEntry:
-    stem, kind = name.rsplit(".", 1)
-    if stem in _GPT2_TOP:
-        return LayoutEntry(f"{_GPT2_TOP[stem]}.{kind}")
-    _, layer, part = stem.split(".", 2)  # h.{i}.{part}
-    conv1d = kind == "weight" and part in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
-    return LayoutEntry(f"blk.{layer}.{_GPT2_BLOCK[part]}.{kind}", *((_transpose, _transpose) if conv1d else ()))
 
 
 # -- the bytes and their dequantization ----------------------------------------------------------------------
@@ -182,8 +108,7 @@ def _require_gguf() -> None:
     import importlib.util
 
     if importlib.util.find_spec("gguf") is None:
-        raise ParityError("the stored weight formats need the gguf package: pip install 'parity-harness[llama-cpp]' "
-                          "(or gguf==0.19.0)")
+        raise ParityError("the stored weight formats need the gguf package: pip install gguf==0.19.0")
 
 
 def gguf_tensors(fixture: Fixture, fmt: str) -> dict[str, StoredTensor]:

@@ -3,7 +3,8 @@
 `check_backend(backend, fixture)` runs a backend on small fixtures derived from `fixture` (same
 config and weights, new cases) and returns one `ConformanceResult` per check:
 
-- its declarations hold (name, precisions a non-empty subset of ("fp32", "fp64", "fp16", "bf16"), requires, ...);
+- its declarations hold (name, precisions a non-empty subset of ("fp32", "fp64", "fp16", "bf16") and the stored
+  weight formats ("f16", "q8_0", "q4_0", "q4_k"), requires, ...);
 - its dependencies are present (otherwise nothing else can run);
 - `supported_taps` is a non-empty subset of the manifest's taps, in dataflow order, no repeats;
 - in every declared precision, for T = 1 and T = n_ctx (one single-case fixture each): it runs,

@@ -186,6 +186,9 @@ class LlamaCppBackend(Backend):
         for request in todo:
             fed = list(request.feed) if request.feed is not None else []
             _check_tokens(fixture, request.name, list(request.prompt) + fed[:request.steps])
+            if len(request.prompt) + request.steps > config.n_ctx:  # greedy steps past the context, too
+                raise FixtureError(f"prompt {request.name!r}: {len(request.prompt)} tokens and {request.steps} "
+                                   f"steps, beyond the context of {config.n_ctx}")
         out: DecodeOutput = {}
         with _silenced(), tempfile.TemporaryDirectory(prefix="parity-gguf-") as directory:
             session = LlamaCppSession(fixture, fmt, Path(directory))
