@@ -44,7 +44,8 @@ def parity(session: nox.Session) -> None:
     if no_browser is not None:
         posargs = _drop_browser_backends(posargs)
         session.log(f"browser backends not run ({', '.join(BROWSER_BACKENDS)}): {no_browser}")
-    failed = _run_each_fixture(session, _parity_runs(posargs))
+    named = any(a == "--backends" or a.startswith("--backends=") for a in session.posargs)
+    failed = _run_each_fixture(session, _parity_runs(posargs, llama_cpp=not named))
     if failed:
         session.error("parity failed on " + ", ".join(f"{name} (exit {code})" for name, code in failed.items()))
 
@@ -93,28 +94,29 @@ def _drop_browser_backends(posargs: list[str]) -> list[str]:
     return ["--backends", ",".join(kept), *out]
 
 
-def _parity_runs(posargs: list[str]) -> list[tuple[str, list[str]]]:
+def _parity_runs(posargs: list[str], llama_cpp: bool = True) -> list[tuple[str, list[str]]]:
     """(fixture, `parity run` args) for each fixture the session checks: the toy, the stress fixture and the toy
     Llama (the second model family), or only the one `--fixture` names among the args. Each with `--grad`: the gate
-    checks the backward and the training steps too. Then llama.cpp (run only when named) on the toy Llama, in fp32
-    and its stored weight formats."""
+    checks the backward and the training steps too. Then, unless `llama_cpp` is False (the args name `--backends`:
+    the user chose what runs), llama.cpp (run only when named) on the toy Llama, in fp32 and the stored formats."""
     for i, arg in enumerate(posargs):
         if arg == "--fixture" and i + 1 < len(posargs):
             return [(posargs[i + 1], ["--no-skip", "--grad", *posargs])]
         if arg.startswith("--fixture="):
             return [(arg.partition("=")[2], ["--no-skip", "--grad", *posargs])]
-    return [
+    runs = [
         ("fixtures/toy", ["--no-skip", "--grad", *posargs]),
         ("fixtures/toy-stress", ["--no-skip", "--grad", "--fixture", "fixtures/toy-stress",
                                  *_report_paths_for(posargs, "toy-stress")]),
         ("fixtures/toy-llama", ["--no-skip", "--grad", "--fixture", "fixtures/toy-llama",
                                 *_report_paths_for(posargs, "toy-llama")]),
-        # llama.cpp runs when named (its GELU table fails the GPT-2 toys by design): the Llama toy, fp32 and every
-        # stored weight format against the goldens of the weights it stores.
-        ("fixtures/toy-llama (llama-cpp)", ["--backends", "llama-cpp", "--fixture", "fixtures/toy-llama",
-                                            "--precision", "fp32,f16,q8_0,q4_0,q4_k",
-                                            *_report_paths_for(posargs, "toy-llama-llama-cpp")]),
     ]
+    if llama_cpp:  # llama.cpp runs when named (its GELU table fails the GPT-2 toys by design): the Llama toy, fp32
+        # and every stored weight format against the goldens of the weights it stores
+        runs.append(("fixtures/toy-llama (llama-cpp)", [
+            "--backends", "llama-cpp", "--fixture", "fixtures/toy-llama", "--precision", "fp32,f16,q8_0,q4_0,q4_k",
+            *_report_paths_for(posargs, "toy-llama-llama-cpp")]))
+    return runs
 
 
 def _run_each_fixture(session: nox.Session, runs: list[tuple[str, list[str]]]) -> dict[str, int]:

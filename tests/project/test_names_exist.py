@@ -228,7 +228,7 @@ def test_the_page_on_depending_on_parity_names_what_exists() -> None:
         assert set(data["project"].get("entry-points", {})) <= declared_groups
     assert f"`{DISTRIBUTION}`" in section
     # every extra the table names is declared, and every declared extra a user would pick is in the table
-    named = set(re.findall(r"`([a-z]+)`", section.split("| extra |", 1)[1].split("\n\n", 1)[0]))
+    named = set(re.findall(r"`([a-z-]+)`", section.split("| extra |", 1)[1].split("\n\n", 1)[0]))
     assert named & EXTRAS == EXTRAS - {"test", "lint"}, named
     plugin = PYPROJECT["project"]["entry-points"]["pytest11"]
     assert f'parity = "{plugin["parity"]}"' in section  # the pytest plugin's entry point, as registered

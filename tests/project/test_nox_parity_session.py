@@ -97,8 +97,9 @@ def test_stress_fixture_runs_after_the_toy_fails(noxfile: types.ModuleType) -> N
     with pytest.raises(SessionError):
         noxfile.parity(session)
     runs = _parity_runs(session)
-    assert len(runs) == 3, runs  # the stress fixture ran (and wrote its tagged report) after the toy failed
+    assert len(runs) == 4, runs  # the stress fixture ran (and wrote its tagged report) after the toy failed
     assert "fixtures/toy-llama" in runs[2] and "r.toy-llama.json" in runs[2]  # and the Llama family's toy
+    assert _backends_arg(runs[3]) == ["llama-cpp"] and "r.toy-llama-llama-cpp.json" in runs[3]  # llama.cpp on it
     assert "fixtures/toy-stress" in runs[1] and "r.toy-stress.json" in runs[1]
     assert session.errors == ["parity failed on fixtures/toy (exit 1)"]
 
@@ -107,14 +108,14 @@ def test_every_failing_fixture_is_named_with_its_exit_code(noxfile: types.Module
     session = FakeSession([], {"fixtures/toy": 1, "fixtures/toy-stress": 2})
     with pytest.raises(SessionError):
         noxfile.parity(session)
-    assert len(_parity_runs(session)) == 3
+    assert len(_parity_runs(session)) == 4
     assert session.errors == ["parity failed on fixtures/toy (exit 1), fixtures/toy-stress (exit 2)"]
 
 
 def test_all_agree_is_no_error(noxfile: types.ModuleType) -> None:
     session = FakeSession([], {})
     noxfile.parity(session)
-    assert len(_parity_runs(session)) == 3 and session.errors == []
+    assert len(_parity_runs(session)) == 4 and session.errors == []
 
 
 def test_a_named_fixture_runs_alone(noxfile: types.ModuleType) -> None:
@@ -136,7 +137,8 @@ def test_without_browser_names_every_other_backend_and_says_why(noxfile: types.M
     session.log = lambda *a: logged.append(" ".join(map(str, a)))  # type: ignore[attr-defined]
     noxfile.parity(session)
     runs = _parity_runs(session)
-    assert len(runs) == 3
+    assert len(runs) == 4 and _backends_arg(runs[3]) == ["llama-cpp"]  # llama.cpp on the Llama toy: no browser
+    runs = runs[:3]
     browser = set(noxfile.BROWSER_BACKENDS)
     assert browser == {"typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "onnxruntime-webgpu"}
     for run in runs:
@@ -152,7 +154,8 @@ def test_without_browser_filters_the_backends_named(noxfile: types.ModuleType) -
     session = FakeSession(["--backends", "numpy,typescript-browser", "--without-browser=no Chromium here"], {})
     session.log = lambda *a: None  # type: ignore[attr-defined]
     noxfile.parity(session)
-    assert all(_backends_arg(run) == ["numpy"] for run in _parity_runs(session))
+    runs = _parity_runs(session)
+    assert len(runs) == 3 and all(_backends_arg(run) == ["numpy"] for run in runs)  # named: no llama.cpp run
 
 
 def test_without_browser_needs_a_reason(noxfile: types.ModuleType) -> None:
