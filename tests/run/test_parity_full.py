@@ -16,8 +16,8 @@ import pytest
 
 from tests.helpers import (
     BUILTIN_PRECISIONS,
-    GGML_GELU,
     DECODING_BACKENDS,
+    GGML_GELU,
     NAMED_ONLY,
     REPO,
     builtin_backends,
