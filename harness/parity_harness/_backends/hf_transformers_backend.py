@@ -4,7 +4,8 @@ The model is built from the fixture's config (`attn_implementation="eager"`; `ac
 config's `activation`: "gelu", the exact erf GELU, or "gelu_new", GPT-2's tanh GELU, transformers'
 `NewGELUActivation`; dropout 0; tied embeddings) and given the fixture's weights in the
 precision's dtype: upcast to float64 for fp64, rounded once (to nearest) to float16 / bfloat16 for fp16 /
-bf16. A sinusoidal fixture's positions are the sinusoid table (parity_reference.model's, computed in
+bf16; for the stored weight format f16, the weights as a GGUF file stores them in float16 (stored_weights.py),
+computed in float32, judged against those weights' goldens. A sinusoidal fixture's positions are the sinusoid table (parity_reference.model's, computed in
 float64 and rounded once to the dtype) loaded as `wpe`. Nothing is downloaded (HF_HUB_OFFLINE=1).
 
 The dtype takes transformers' documented path for a model built from a config,
@@ -69,6 +70,7 @@ import numpy as np
 from parity_harness._backends.base import Backend, BackendOutput, Precision, training_spec
 from parity_harness._backends.quiet import silenced
 from parity_harness._core.errors import FixtureError
+from parity_harness._core.precision import is_stored
 
 if TYPE_CHECKING:
     import torch
@@ -147,7 +149,8 @@ class HFTransformersBackend(Backend):
     description: ClassVar[str] = (
         "transformers' GPT2LMHeadModel (eager attention, the fixture's GELU), taps from hooks; fp16 and bf16 on the "
         "CPU")
-    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16")
+    # f16: the weights as a GGUF file stores them in float16 (stored_weights.py), computed in float32
+    precisions: ClassVar[tuple[Precision, ...]] = ("fp32", "fp64", "fp16", "bf16", "f16")
     requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     install_hint: ClassVar[str] = "pip install 'parity-harness[hf]'"
     streams: ClassVar[bool] = True
@@ -178,7 +181,7 @@ class HFTransformersBackend(Backend):
             yield from _llama_run_cases(fixture, precision, set(self.supported_taps(fixture)))
             return
         config = fixture.config
-        weights = fixture.weights()
+        weights, precision = _weights_for(fixture, precision)
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         model = hf_model(weights, config, precision)  # pops each array as it converts it
         wanted = set(self.supported_taps(fixture))
@@ -620,10 +623,20 @@ def hf_llama_model(weights: dict[str, np.ndarray], config: Any, precision: Preci
     return model
 
 
+def _weights_for(fixture: Fixture, precision: Precision) -> tuple[dict[str, np.ndarray], Precision]:
+    """The weights a run computes from and the dtype it computes in: the fixture's in the precision, or for the
+    stored format f16 the weights as float16 stores them (stored_weights.py), in float32."""
+    if is_stored(precision):
+        from parity_harness._fixture.stored_weights import stored_weights
+
+        return stored_weights(fixture, precision), "fp32"
+    return fixture.weights(), precision
+
+
 def _llama_run_cases(fixture: Fixture, precision: Precision,
                      wanted: set[str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     config = fixture.model.config
-    weights = fixture.weights()
+    weights, precision = _weights_for(fixture, precision)
     fixture.release_weights()
     model = hf_llama_model(weights, config, precision)
 
