@@ -73,22 +73,24 @@ def case_loss(logits: torch.Tensor, tokens: torch.Tensor, reduction: str = "mean
 
 
 def case_gradients(weights: Mapping[str, Any], config: ModelConfig, tokens: Sequence[int],
-                   precision: str, threads: int | None = 1) -> dict[str, np.ndarray]:
+                   precision: str, threads: int | None = 1, lens_rows: int | None = None) -> dict[str, np.ndarray]:
     """One case's loss (`"loss"`, shape []) and every gradient of training.backward_names, as arrays.
-    `threads`: torch's thread count (None: its default); the goldens' one thread is bit-reproducible."""
+    `threads`: torch's thread count (None: its default); the goldens' one thread is bit-reproducible. `lens_rows`:
+    the forward's `lens_rows` (None: every position): `probs` and the logit lens are off the loss's path, so the
+    gradients are the same whatever it is; a GPT-2-sized vocabulary's [T, V] lens per stream costs seconds."""
     if predicted_cells(len(tokens)) < 1:
         raise ValueError(f"a case of {len(tokens)} token predicts nothing: it has no loss")
     with _threads(threads):
-        return _case_gradients(weights, config, tokens, precision)
+        return _case_gradients(weights, config, tokens, precision, lens_rows)
 
 
 def _case_gradients(weights: Mapping[str, Any], config: ModelConfig, tokens: Sequence[int],
-                    precision: str) -> dict[str, np.ndarray]:
+                    precision: str, lens_rows: int | None = None) -> dict[str, np.ndarray]:
     model = family_of(config).module("torch")
     params = _leaf_params(weights, precision)
     ids = torch.tensor(list(tokens), dtype=torch.int64)  # (T,)
     taps: dict[str, torch.Tensor] = {}
-    logits = model.forward(params, config, ids, taps)  # (T, V)
+    logits = model.forward(params, config, ids, taps, lens_rows=lens_rows)  # (T, V)
     loss = case_loss(logits, ids)  # ()
     on_path = {name: t for name, t in taps.items() if has_backward(name) and t.requires_grad}
     unique = list({id(t): t for t in on_path.values()}.values())

@@ -223,3 +223,18 @@ def test_many_threads_agree_with_one_and_restore_the_count(precision: str) -> No
     errors, ratios = _ratios(got, "toy", precision, _reference_grads, list(next(iter(got.values()))))
     print(f"toy {precision} on the default threads: worst {max(errors.values()):.3g} of M")
     assert max(ratios.values()) <= 1.0, first_over(ratios, 1.0)
+
+
+@pytest.mark.parametrize("name", ["toy", "toy-llama"])
+def test_the_lens_rows_leave_every_gradient_bit_identical(name: str) -> None:
+    """`case_gradients(lens_rows=1)` (what the pytorch backend asks: one row of probs and of the logit lens, which
+    are off the loss's path) gives the very bits of the goldens' call, which computes them at every position."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'parity-harness[torch]')")
+    fixture, spec = _fixture(name)
+    weights, config = fixture.weights(), fixture.model.config
+    for case in spec.cases:
+        tokens = fixture.case(case).tokens
+        full, one = (case_gradients(weights, config, tokens, "fp32", lens_rows=rows) for rows in (None, 1))
+        assert list(one) == list(full)
+        for key, want in full.items():
+            assert one[key].dtype == want.dtype and one[key].tobytes() == want.tobytes(), f"{case}: {key} differs"

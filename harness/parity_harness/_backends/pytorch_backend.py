@@ -86,7 +86,10 @@ class PyTorchBackend(Backend):
         spec = training_spec(fixture, self.name, precision)
         weights, config = fixture.weights(), fixture.model.config
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
-        return {name: case_gradients(weights, config, fixture.case(name).tokens, precision) for name in spec.cases}
+        # lens_rows=1: probs and the logit lens are off the loss's path (no gradient), so one row of them, as the
+        # numpy backward's forward computes them; the gradients are the same numbers
+        return {name: case_gradients(weights, config, fixture.case(name).tokens, precision, lens_rows=1)
+                for name in spec.cases}
 
     def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
         from parity_reference.backward import train_steps
