@@ -18,7 +18,7 @@ a falsy Report or, from `assert_agrees`, a `ParityAssertionError`. See docs/api.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
@@ -39,6 +39,7 @@ from parity_harness._run.request import (
 )
 
 if TYPE_CHECKING:
+    from parity_harness._compare.differential import Differential
     from parity_harness._compare.judge import FirstDivergence
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "RunPlan",
     "assert_agrees",
     "compare_dumps",
+    "diff",
     "failure_message",
     "load",
     "merge",
@@ -116,13 +118,16 @@ def plan(
     no_skip: bool = False,
     allow_loose_tolerances: bool = False,
     save_outputs: str | os.PathLike[str] | None = None,
+    onnx: str | os.PathLike[str] | None = None,
+    onnx_map: str | os.PathLike[str] | Mapping[str, str] | None = None,
 ) -> RunPlan:
     """Check a run request without running anything: the `RunPlan` (fixture, backends, precisions, what the
     default selection skipped), or the `ParityError` that refuses it, the same one `run` raises.
-    `backends=None`: every registered backend that runs by default (`parity run` without --backends)."""
+    `backends=None`: every registered backend that runs by default (`parity run` without --backends); with `onnx`,
+    that graph alone (`run`)."""
     with _gate():
         return plan_run(backends, fixture, precisions, no_skip=no_skip, allow_loose_tolerances=allow_loose_tolerances,
-                        save_outputs=save_outputs)
+                        save_outputs=save_outputs, onnx=onnx, onnx_map=onnx_map)
 
 
 def run(
@@ -141,6 +146,8 @@ def run(
     allow_loose_tolerances: bool = False,
     save_outputs: str | os.PathLike[str] | None = None,
     on_plan: Callable[[RunPlan], None] | None = None,
+    onnx: str | os.PathLike[str] | None = None,
+    onnx_map: str | os.PathLike[str] | Mapping[str, str] | None = None,
 ) -> Report:
     """Run each backend (a registered name or an instance; None: every registered backend that runs by default)
     in each requested precision it computes in, through the boundary, and compare every tap; then, unless
@@ -163,13 +170,16 @@ def run(
     `backends=None`, a registered backend whose dependencies are missing is an error, not skipped;
     `allow_loose_tolerances`: for a fixture given as a directory; `save_outputs`: a directory to write each
     run's dump to (docs/dump-format.md), checked before any backend runs; `on_plan`: called with the checked
-    `RunPlan` before any backend runs (the CLI prints its first lines). Raises `ParityError` for bad input (an
-    unknown backend or precision, a broken fixture, missing dependencies, an option of the wrong type) and
+    `RunPlan` before any backend runs (the CLI prints its first lines); `onnx`: the path of any ONNX graph of the
+    fixture's model, run by the `onnx-file` backend (alone when `backends` is None), its tensors matched to the
+    taps by value or by `onnx_map` ({tap: tensor}, or a JSON file of it; docs/onnx.md). Raises `ParityError` for
+    bad input (an unknown backend or precision, a broken fixture, missing dependencies, an option of the wrong
+    type) and
     `BackendFailed` (also a `ParityError`) for a backend that crashed or returned something malformed.
     """
     with _gate():
         checked = plan(backends, fixture, precisions, no_skip=no_skip, allow_loose_tolerances=allow_loose_tolerances,
-                       save_outputs=save_outputs)
+                       save_outputs=save_outputs, onnx=onnx, onnx_map=onnx_map)
         if on_plan is not None:
             guarded_callback("on_plan", on_plan)(checked)
         return execute(checked, progress=progress, keep_outputs=keep_outputs, decoding=decoding, budget=budget,
@@ -189,6 +199,33 @@ def compare_dumps(
     with _gate():
         items = _paths(paths, "dump file")
         return judge_dumps(fixture_from(fixture), items, budget=check_flag("budget", budget))
+
+
+def diff(
+    a: BackendLike | str | os.PathLike[str],
+    b: BackendLike | str | os.PathLike[str],
+    fixture: FixtureLike = None,
+    precision: str | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> Differential:
+    """Two runs compared tap by tap with each other and with the float64 truth, no golden needed for the first
+    (`parity diff A B`, docs/diagnosis.md): each of `a`, `b` is a backend (a registered name or an instance, run
+    live) or a dump (a path: an `os.PathLike`, or a string ending in `.safetensors` or holding a path separator).
+    `precision`: fp32, fp64, fp16 or bf16, which every dump must hold; None: the dumps' own (fp32 for two
+    backends). Every number is in units of eps x M_tap of that precision.
+
+    Returns the `Differential`: truthy exactly when nothing is flagged and both sides agree with the goldens;
+    `.first` the first flagged tap (its worst cell named by axis in `.rows[i].cells`), `.flag_list` every flag
+    with its rule, `.report` both sides judged against the goldens. Raises `ParityError` (one line, the CLI's
+    exit 2) for the same backend or dump twice, a dump of another fixture or of a precision other than asked,
+    an unknown backend, a backend that does not compute in the precision, and when no tap was compared.
+    """
+    from parity_harness._run.request import guarded_progress
+    from parity_harness._tools.diff import run_diff
+
+    with _gate():
+        return run_diff(fixture_from(fixture), a, b, precision, progress=guarded_progress(progress))
 
 
 def _paths(paths: object, what: str) -> list[Path]:

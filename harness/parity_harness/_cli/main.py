@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
                          allow_loose_tolerances=args.allow_loose_tolerances, save_outputs=args.save_outputs,
                          progress=progress, on_plan=on_plan,
                          budget=args.budget or args.json is not None, keep_on_crash=True, jobs=args.jobs,
-                         grad=args.grad)
+                         grad=args.grad, onnx=args.onnx, onnx_map=args.onnx_map)
     finally:
         if progress is not None:
             progress.close()
@@ -244,13 +244,19 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from parity_harness._tools.diff import print_diff, run_diff
+    """Parsing, one API call (`api.diff`: every rule is below it) and rendering; --json checked before any work."""
+    from parity_harness import api
+    from parity_harness._core.output_paths import check_output_paths
+    from parity_harness._tools.diff import is_dump_argument, print_diff, write_diff_json
 
-    fixture = fixture_from(args.fixture)
-    backends, _, _ = select_backends(parse_names(f"{args.a},{args.b}", "diff"))
-    diff, notes = run_diff(fixture, (backends[0], backends[1]), cast(Precision, args.precision),
-                           progress=None if args.quiet else _progress)
-    return for_verdict(print_diff(diff, notes, sys.stdout))
+    dumps = {p: "a dump being compared" for p in (args.a, args.b) if is_dump_argument(p)}
+    check_output_paths({"--json": args.json}, inputs=dumps, input_dirs={args.fixture: "the fixture directory"})
+    with _unusable_json_on_error(args, "diff"):
+        diff = api.diff(args.a, args.b, args.fixture, args.precision, progress=None if args.quiet else _progress)
+        code = for_verdict(print_diff(diff, sys.stdout))
+        if args.json is not None:
+            write_diff_json(diff, code, Path(args.json))
+        return code
 
 
 def _display(path: Path) -> str:
@@ -520,6 +526,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "(fp32,fp64; the default)")
     run.add_argument("--no-skip", action="store_true",
                      help="exit 2 if any registered backend cannot run (default: skip it and say so)")
+    run.add_argument("--onnx", metavar="FILE",
+                     help="also (or, without --backends, only) run this ONNX graph of the fixture's model on "
+                          "onnxruntime, with no plugin: its tensors are matched to the taps by value (docs/onnx.md)")
+    run.add_argument("--onnx-map", metavar="MAP",
+                     help="with --onnx: a JSON file {tap: tensor name} naming the graph's tensor for each tap, "
+                          "instead of matching by value")
     run.add_argument("--grad", action="store_true",
                      help="also check the backward (every gradient of every training case, nearest the loss first) "
                           "and the training steps, on every backend with a backward (docs/gradients.md)")
@@ -571,13 +583,17 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
     generate.set_defaults(func=cmd_generate)
 
-    diff = sub.add_parser("diff", help="two backends side by side per tap, against the float64 truth and each "
-                                       "other (exit 1 when one is worse than float32 rounding and the other not)")
-    diff.add_argument("a", metavar="A", help="a backend name")
-    diff.add_argument("b", metavar="B", help="another backend name")
-    diff.add_argument("--precision", choices=["fp32", "fp64"], default="fp32",
-                      help="whose results to diff (default: fp32)")
+    diff = sub.add_parser("diff", help="two runs, each a backend or a dump, compared tap by tap with each other and "
+                                       "the float64 truth (exit 1 when a tap is flagged)")
+    diff.add_argument("a", metavar="A", help="a backend name, or a dump (a path ending in .safetensors, or holding "
+                                             "a '/': `parity run --save-outputs DIR` writes them)")
+    diff.add_argument("b", metavar="B", help="another backend name or dump")
+    diff.add_argument("--precision", choices=["fp32", "fp64", "fp16", "bf16"], default=None,
+                      help="whose results to diff; every dump must hold it (default: the dumps' own, fp32 for two "
+                           "backends)")
     diff.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    diff.add_argument("--json", metavar="PATH", help="write the report of both sides with the diff (the report "
+                                                     "schema's `diff` object) as JSON")
     diff.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     diff.set_defaults(func=cmd_diff)
 

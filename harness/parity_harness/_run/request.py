@@ -233,18 +233,65 @@ class RunPlan:
     broken: tuple[str, ...] = ()  # registered plugins that failed to load, one line each ("NAME: error")
 
 
+ONNX_FILE_BACKEND = "onnx-file"  # the registered backend `onnx` makes an instance of (`--onnx FILE`)
+MAX_ONNX_MAP_BYTES = 1 << 20
+
+
+def onnx_backend(onnx: object, onnx_map: object) -> GuardedBackend | None:
+    """The backend for a user's ONNX graph (`parity run --onnx FILE [--onnx-map MAP]`), or None without one.
+
+    `onnx`: a path to the .onnx file; `onnx_map`: None (match the tensors to the taps by value), a JSON file of
+    {tap: tensor name}, or that mapping itself. One ParityError line for a missing file or a malformed map."""
+    if onnx is None:
+        if onnx_map is not None:
+            raise ParityError("onnx_map: give it with onnx, the graph whose tensors it names (--onnx FILE)")
+        return None
+    if not isinstance(onnx, (str, os.PathLike)):
+        raise ParityError(f"onnx: expected the path of an .onnx file, got {_type_name(onnx)}")
+    path = Path(onnx)
+    if not path.is_file():
+        raise ParityError(f"{path}: no such ONNX file (--onnx)")
+    name_map = _onnx_map(onnx_map)
+    from parity_harness._backends.registry import backend_entry_points
+
+    entry = backend_entry_points().get(ONNX_FILE_BACKEND)
+    if entry is None:
+        raise ParityError(f"--onnx needs the {ONNX_FILE_BACKEND!r} backend, which is not registered")
+    return backend_from(entry.load()(path, name_map))
+
+
+def _onnx_map(spec: object) -> dict[str, str] | None:
+    """{tap: tensor} from a mapping or a JSON file; ParityError naming what is wrong."""
+    if spec is None:
+        return None
+    if isinstance(spec, (str, os.PathLike)):
+        from parity_harness._core.strict_json import load_json_object
+
+        spec = load_json_object(Path(spec), "ONNX name map", MAX_ONNX_MAP_BYTES)
+    if not isinstance(spec, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.items()):
+        raise ParityError("onnx_map: expected {tap: tensor name}, both strings (a dict or a JSON file of one)")
+    if not spec:
+        raise ParityError("onnx_map: it maps no tap (give at least one, or none to match by value)")
+    return dict(spec)
+
+
 def plan_run(backends: object, fixture: object = None, precisions: object = "all", *, no_skip: bool = False,
-             allow_loose_tolerances: bool = False, save_outputs: object = None) -> RunPlan:
+             allow_loose_tolerances: bool = False, save_outputs: object = None, onnx: object = None,
+             onnx_map: object = None) -> RunPlan:
     """Check a run request and return its plan, or raise the one ParityError that refuses it.
 
     `backends`: None for the default selection (every registered backend with `by_default`; one whose
     dependencies are missing is skipped, or refused under `no_skip`), else a name, an instance or a sequence
-    of them, each asked for by name.
+    of them, each asked for by name. `onnx` (and `onnx_map`): a user's ONNX graph, run by the `onnx-file`
+    backend (`onnx_backend`), alone when `backends` is None, else beside them.
     """
     check_flag("no_skip", no_skip)
     check_flag("allow_loose_tolerances", allow_loose_tolerances)
     wanted = precisions_from(precisions)
     fx = fixture_from(fixture, allow_loose_tolerances)
+    graph = onnx_backend(onnx, onnx_map)
+    if graph is not None:  # the graph is asked for by name: alone, or beside the backends named
+        backends = [graph] if backends is None else [*backends_from(backends), graph]
     broken: list[str] = []
     if backends is None:
         chosen, skipped, named_only = select_backends(None, broken)
