@@ -144,3 +144,58 @@ def test_a_zero_gradient_element_may_move_by_adamw_noise_in_fp32(toy: Fixture, g
     moved[key][big] += np.float32(0.5e-4)
     failed = [c for c in judge_training(toy, "b", "fp32", "fp32", moved, goldens["fp32"][1], tol) if not c.passed]
     assert [(c.step, c.tap) for c in failed][:1] == [(1, "h.0.attn.c_attn.bias")]
+
+
+def _perturbed(train: dict, rng: np.random.Generator) -> list[dict]:  # type: ignore[type-arg]
+    """The records as given, a few cells moved past their tolerance, a NaN, an infinity, and the other dtype."""
+    params = [k for k in train if not k.endswith(".grad")]
+    out = [dict(train)]
+    moved, nan, inf, cast = (dict(train) for _ in range(4))
+    for key in params:
+        x = np.array(train[key])
+        if x.size > 1:
+            y = x.copy()
+            y.flat[rng.integers(x.size, size=3)] += np.asarray(1e-3, dtype=x.dtype)
+            moved[key] = y
+            y = x.copy()
+            y.flat[rng.integers(x.size)] = np.nan
+            nan[key] = y
+            y = x.copy()
+            y.flat[0] = np.inf
+            inf[key] = y
+        cast[key] = x.astype(np.float32 if x.dtype == np.float64 else np.float64)
+    return [*out, moved, nan, inf, cast]
+
+
+def test_the_sliced_judge_and_allowances_are_the_whole_arrays(toy: Fixture, goldens: dict,  # type: ignore[type-arg]
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training judge's slices (`_beyond`, allowances computed a CHUNK at a time) give every
+    result the whole-array arithmetic gives, passing or failing, NaN and infinities and a wrong dtype included,
+    with slices of 7 cells so that the toy's parameters span many; and every tier at once (`judge_training_tiers`,
+    one pass of AdamW for a parameter's tiers) gives what one tier at a time gives."""
+    import dataclasses
+
+    from parity_harness._compare import gradients
+
+    rng = np.random.default_rng(0)
+    wanted = {}
+    for precision, tiers in (("fp32", ["fp32"]), ("fp64", ["fp64", "fp32"])):
+        for i, output in enumerate(_perturbed(goldens[precision][1], rng)):
+            monkeypatch.setattr(gradients, "_beyond", lambda *_: None)  # the whole-array path only
+            tol = grad_tolerances(toy, *goldens["fp64"])
+            wanted[(precision, i)] = [c for tier in tiers
+                                      for c in judge_training(toy, "b", precision, tier, output, goldens[tier][1], tol)]
+            monkeypatch.undo()
+            monkeypatch.setattr(gradients, "CHUNK", 7)
+            tol = grad_tolerances(toy, *goldens["fp64"])
+            got = gradients.judge_training_tiers(toy, "b", precision, {t: goldens[t][1] for t in tiers}, output, tol)
+            monkeypatch.undo()
+            assert [repr(dataclasses.asdict(c)) for c in got] == [repr(dataclasses.asdict(c))
+                                                                  for c in wanted[(precision, i)]], (precision, i)
+    assert all(c.passed for c in wanted[("fp64", 0)]) and not all(c.passed for c in wanted[("fp64", 1)])
+    assert any("NaN" in c.message for c in wanted[("fp32", 2)])
+    whole = dict(grad_tolerances(toy, *goldens["fp64"]).allowance)  # computed now, in slices of CHUNK
+    monkeypatch.setattr(gradients, "CHUNK", 7)
+    sliced = grad_tolerances(toy, *goldens["fp64"]).allowance
+    for key, a in whole.items():
+        assert np.asarray(a).tobytes() == np.asarray(sliced[key]).tobytes(), key

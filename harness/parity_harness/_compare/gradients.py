@@ -52,6 +52,7 @@ from parity_harness._fixture.training_section import BUDGET_FACTOR
 from parity_reference.training import GRAD_SUFFIX, TrainingSpec, step_key
 
 if TYPE_CHECKING:
+    from parity_harness._fixture.files import TensorFile
     from parity_harness._fixture.fixture import Fixture
     from parity_harness._fixture.training import GradOutput, TrainOutput
 
@@ -74,6 +75,13 @@ class GradTolerances:
 
     def atol(self, tier: str, name: str) -> float:
         return self.c_of(tier, name) * EPS[tier] * self.magnitude[name]  # type: ignore[index]
+
+    def allowances(self, tiers: Sequence[str], step: int, name: str) -> list[np.ndarray | float]:
+        """`allowance[(tier, step_key(step, name))]` for each of `tiers` (0 where it has none): a parameter's every
+        tier at once where the allowances are computed when looked up (one pass of AdamW over its elements)."""
+        if isinstance(self.allowance, _Allowances):
+            return self.allowance.of_tiers(tiers, step, name)
+        return [self.allowance.get((tier, step_key(step, name)), 0.0) for tier in tiers]
 
 
 def backward_order(fixture: Fixture) -> list[str]:
@@ -111,6 +119,12 @@ def adamw_trajectory(p0: np.ndarray, grads: Sequence[np.ndarray], spec: Training
 CHUNK = 1 << 15  # elements per slice of a parameter's allowance: AdamW's arithmetic in the CPU's cache
 
 
+def _each_slice(size: int, work: Callable[[slice], None]) -> None:
+    """`work(part)` for every CHUNK-sized slice of range(size), writing only its own slice of its outputs."""
+    for at in range(0, size, CHUNK):
+        work(slice(at, at + CHUNK))
+
+
 class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
     """(tier, "step{s}/{name}") -> what the gradients' tolerances carry into that training record through AdamW,
     computed when looked up: a parameter's from its own weights and batch gradients (read one tensor at a time),
@@ -130,6 +144,7 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
                       for name in (LOSS, GRAD_NORM, *self._params)]
         self._known = set(self._keys)
         self._kept: dict[tuple[str, str], list[np.ndarray]] = {}
+        self._weights: TensorFile | None = None
         self._keep = len(self.TIERS) * spec.steps * sum(math.prod(s) for s in self._params.values()) <= self.KEEP
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
@@ -151,34 +166,45 @@ class _Allowances(Mapping[tuple[str, str], "np.ndarray | float"]):
                 float(np.sum(np.abs(self._train64[step_key(step, n + GRAD_SUFFIX)]) * self[(tier, step_key(step - 1,
                                                                                                             n))]))
                 for n in self._params)
-        kept = self._kept.get((tier, name))
-        if kept is None:
-            kept = self._param(tier, name)
-            if self._keep:
-                self._kept[(tier, name)] = kept
-        return kept[step - 1]
+        return self.of_tiers((tier,), step, name)[0]
 
-    def _param(self, tier: str, name: str) -> list[np.ndarray]:
+    def of_tiers(self, tiers: Sequence[str], step: int, name: str) -> list[np.ndarray | float]:
+        """Each of `tiers`' allowance of parameter `name` after `step` (the loss and the norm: `__getitem__`'s); the
+        tiers not kept computed together, in one pass of AdamW."""
+        if name in (LOSS, GRAD_NORM):
+            return [self[(tier, step_key(step, name))] for tier in tiers]
+        missing = [t for t in tiers if (t, name) not in self._kept]
+        fresh = dict(zip(missing, self._param(missing, name), strict=True)) if missing else {}
+        if self._keep:
+            self._kept.update({(t, name): a for t, a in fresh.items()})
+        return [(fresh[t] if t in fresh else self._kept[(t, name)])[step - 1] for t in tiers]
+
+    def _param(self, tiers: Sequence[str], name: str) -> list[list[np.ndarray]]:
+        """Per tier, the parameter's allowance after each step: its base trajectory and, per tier, the up and down
+        ones (every step's golden gradient shifted by the tier's atol) in one pass of AdamW over a stacked array."""
         from parity_harness._fixture.files import open_checked, read_checked
         from parity_reference.tensor_check import WEIGHTS, Expected
 
-        table = {name: Expected(("float32",), tuple(self._params[name]))}
-        f = open_checked(self._fixture.weights_path, {n: Expected(("float32",), tuple(s))
-                                                      for n, s in self._params.items()}, WEIGHTS)
-        p0 = dict(read_checked(f, table, WEIGHTS))[name]
+        if self._weights is None:  # the header checked once, each parameter read when its allowances are computed
+            self._weights = open_checked(self._fixture.weights_path, {n: Expected(("float32",), tuple(s))
+                                                                      for n, s in self._params.items()}, WEIGHTS)
+        p0 = dict(read_checked(self._weights, [name], WEIGHTS))[name]
         spec, steps = self._spec, range(1, self._spec.steps + 1)
         grads = [np.asarray(self._train64[step_key(s, name + GRAD_SUFFIX)]).reshape(-1) for s in steps]
-        delta, decays = self._atol(tier, name + GRAD_SUFFIX), spec.decays(name)
+        deltas, decays = [self._atol(tier, name + GRAD_SUFFIX) for tier in tiers], spec.decays(name)
         flat = p0.reshape(-1)
-        out = [np.empty(flat.shape, dtype=np.float64) for _ in steps]
-        for at in range(0, flat.size, CHUNK):  # element by element, so in cache-sized chunks: the same numbers
-            part = slice(at, at + CHUNK)
-            g = [x[part].astype(np.float64) for x in grads]
-            # base, up and down in one pass: each element's arithmetic is its own, so the same numbers
-            stacked = [np.stack((x, x + delta, x - delta)) for x in g]  # (3, chunk) per step
-            for o, t in zip(out, adamw_trajectory(flat[part], stacked, spec, decays), strict=True):  # t: (3, chunk)
-                o[part] = np.maximum(np.abs(t[1] - t[0]), np.abs(t[2] - t[0]))
-        return [o.reshape(p0.shape) for o in out]
+        out = [[np.empty(flat.shape, dtype=np.float64) for _ in steps] for _ in tiers]
+
+        def chunk(part: slice) -> None:  # element by element, so in cache-sized chunks: the same numbers
+            g = [x[part].astype(np.float64, copy=False) for x in grads]
+            # base, then each tier's up and down, in one pass: each element's arithmetic is its own (the same numbers)
+            stacked = [np.stack((x, *(y for d in deltas for y in (x + d, x - d)))) for x in g]  # (1 + 2 tiers, chunk)
+            for s, t in enumerate(adamw_trajectory(flat[part], stacked, spec, decays)):  # t: (1 + 2 tiers, chunk)
+                for i, o in enumerate(out):
+                    o[s][part] = np.maximum(np.abs(t[1 + 2 * i] - t[0]), np.abs(t[2 + 2 * i] - t[0]))
+
+        _each_slice(flat.size, chunk)
+        return [[a.reshape(p0.shape) for a in o] for o in out]
 
 
 def _allowances(fixture: Fixture, spec: TrainingSpec, train64: TrainOutput,
@@ -260,15 +286,27 @@ def judge_training(fixture: Fixture, backend: str, precision: Precision, tier: P
                    golden: TrainOutput, tol: GradTolerances) -> list[CheckResult]:
     """Every training step's records of one backend x precision against one tier, step by step: each at
     c * eps * M plus what the gradients' tolerances carry into it through AdamW (`GradTolerances.allowance`)."""
+    return judge_training_tiers(fixture, backend, precision, {tier: golden}, output, tol)
+
+
+def judge_training_tiers(fixture: Fixture, backend: str, precision: Precision, goldens: Mapping[Precision, TrainOutput],
+                         output: TrainOutput, tol: GradTolerances) -> list[CheckResult]:
+    """`judge_training` against each tier of `goldens` in turn, the results tier by tier (as one call per tier
+    gives them): each record is judged in every tier before the next, so a parameter's allowances of every tier
+    are computed in one pass (`GradTolerances.allowances`)."""
     spec = fixture.training()
     assert spec is not None
-    results: list[CheckResult] = []
+    tiers = list(goldens)
+    results: dict[Precision, list[CheckResult]] = {tier: [] for tier in tiers}
     for s in range(1, spec.steps + 1):
         for name in train_order(fixture):
             key = step_key(s, name)
-            results.append(_judge_record(backend, precision, tier, s, name, output.get(key), golden[key],
-                                         tol.atol(tier, key), tol.allowance.get((tier, key), 0.0)))
-    return results
+            actual, allowed = output.get(key), tol.allowances(tiers, s, name)
+            for tier, allowance in zip(tiers, allowed, strict=True):
+                results[tier].append(_judge_record(backend, precision, tier, s, name, actual, goldens[tier][key],
+                                                   tol.atol(tier, key), allowance))
+            del allowed  # a GPT-2-sized parameter's allowances: not held past its record
+    return [r for tier in tiers for r in results[tier]]
 
 
 def _judge_record(backend: str, precision: Precision, tier: Precision, step: int, name: str,
@@ -276,6 +314,16 @@ def _judge_record(backend: str, precision: Precision, tier: Precision, step: int
                   allowance: np.ndarray | float) -> CheckResult:
     """One record: each element within atol + its allowance. The result's atol is c * eps * M; its error is what
     exceeds the allowance (so the share of tolerance used is the share of atol beyond what AdamW carries)."""
+    fast = _beyond(actual, expected, atol, allowance, precision, tier)
+    if fast is not None:  # a well-formed, finite result: what the whole-array arithmetic below gives, by slices
+        max_diff, worst, used, n_bad = fast
+        index = [int(i) for i in np.unravel_index(worst, expected.shape)] if expected.ndim else []
+        got, want = float(actual.flat[worst]), float(expected.flat[worst])  # type: ignore[union-attr]
+        carried = float(allowance.flat[worst]) if isinstance(allowance, np.ndarray) else float(allowance)
+        message = "" if not n_bad else (f"|diff| {abs(got - want):.3g} exceeds what AdamW carries from the gradients' "
+                                        f"tolerance there ({carried:.3g}) by more than atol {atol:.3g}")
+        return CheckResult(backend, precision, tier, TRAIN_CASE, name, FAIL if n_bad else OK, not n_bad, atol, 0.0,
+                           max_diff, None, used, index or None, got, want, message, n_bad, step, int(expected.size))
     widest = float(np.max(allowance)) if np.size(allowance) else 0.0
     loose = judge_tensor(backend, precision, tier, TRAIN_CASE, name, actual, expected, atol + widest, 0.0, step=step)
     if actual is None or loose.message or not isinstance(actual, np.ndarray) or actual.shape != expected.shape:
@@ -294,6 +342,49 @@ def _judge_record(backend: str, precision: Precision, tier: Precision, step: int
     return CheckResult(backend, precision, tier, TRAIN_CASE, name, FAIL if n_bad else OK, not n_bad, atol, 0.0,
                        float(np.max(diff)) if diff.size else 0.0, None, used, index or None, a, e, message, n_bad,
                        step, int(expected.size))
+
+
+def _beyond(actual: object, expected: np.ndarray, atol: float, allowance: np.ndarray | float, precision: Precision,
+            tier: Precision) -> tuple[float, int, float, int] | None:
+    """`_judge_record`'s numbers (max |diff|, the worst flat cell, what exceeds the allowance there, the cells beyond
+    atol) a slice at a time, without the whole-array copies, when the check can only come down to them: a non-empty
+    array of the golden's shape and the dtype `judge_tensor` wants (so no message of its), its differences and what
+    exceeds the allowances finite (so no NaN or infinity rule), and not on a coarser grid. None otherwise: the
+    whole-array path decides. Each slice's arithmetic is the whole array's, cell for cell; the first largest
+    excess of the first slice holding the largest is the whole array's first."""
+    from parity_harness._compare.judge import COARSER_GRIDS, coarser_grid_message
+
+    want = expected.dtype if tier == precision else np.dtype(np.float64)
+    if (precision not in ("fp32", "fp64") or not isinstance(actual, np.ndarray) or actual.shape != expected.shape
+            or actual.dtype != want or expected.dtype not in (np.float32, np.float64) or actual.size == 0
+            or (isinstance(allowance, np.ndarray) and allowance.shape != expected.shape)):
+        return None
+    a, e = actual.reshape(-1), expected.reshape(-1)
+    carry = allowance.reshape(-1) if isinstance(allowance, np.ndarray) else None
+    largest, worst, used, n_bad = -math.inf, 0, -math.inf, 0
+    diff = np.empty(min(a.size, CHUNK))
+    for at in range(0, a.size, CHUNK):
+        part = slice(at, at + CHUNK)
+        d = diff[:a[part].size]
+        np.subtract(a[part], e[part], out=d, dtype=np.float64)  # as both upcast to float64, then subtracted
+        np.abs(d, out=d)
+        top = float(d.max())
+        if not math.isfinite(top):
+            return None
+        largest = max(largest, top)
+        np.subtract(d, carry[part] if carry is not None else allowance, out=d)
+        np.maximum(d, 0.0, out=d)
+        j = int(np.argmax(d))
+        if not math.isfinite(float(d[j])):
+            return None
+        if d[j] > used:
+            worst, used = at + j, float(d[j])
+        if d[j] > atol:
+            n_bad += int(np.count_nonzero(d > atol))
+    if precision in COARSER_GRIDS and actual.dtype == np.float32 and coarser_grid_message(actual, expected,
+                                                                                          precision) is not None:
+        return None
+    return largest, worst, used, n_bad
 
 
 @dataclass
@@ -344,4 +435,4 @@ class GradReport:
 
 __all__ = ["GRAD_NORM", "LOSS", "TRAIN_CASE", "GradReport", "GradRun", "GradTolerances", "adamw_trajectory",
            "backward_magnitudes", "backward_order", "grad_tolerances", "judge_backward", "judge_training",
-           "measure_units", "train_order"]
+           "judge_training_tiers", "measure_units", "train_order"]

@@ -26,7 +26,7 @@ from parity_harness._compare.gradients import (
     backward_order,
     grad_tolerances,
     judge_backward,
-    judge_training,
+    judge_training_tiers,
     train_order,
 )
 from parity_harness._core.precision import is_reduced, tiers_for
@@ -81,10 +81,10 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
             start = time.perf_counter()
             train = backend.trained(fixture, precision) if trains else None
             report.runs.append(GradRun(backend.name, precision, seconds + time.perf_counter() - start))
-            if train is not None:
-                for tier in tiers_for(precision):
-                    report.train_checks += judge_training(fixture, backend.name, precision, tier, train,
-                                                          goldens[tier][1], tol)
+            if train is not None:  # every tier at once: a parameter's allowances in one pass for all of them
+                report.train_checks += judge_training_tiers(fixture, backend.name, precision,
+                                                            {tier: goldens[tier][1] for tier in tiers_for(precision)},
+                                                            train, tol)
                 keep_candidates(kept, report, backend.name, precision, {}, train)
             del train  # judged: not held while the next precision computes
             release_memory()
