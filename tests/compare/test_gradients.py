@@ -18,6 +18,7 @@ from parity_harness._compare.gradients import (
     train_order,
 )
 from parity_harness._compare.judge import FAIL, fold
+from parity_harness._core.precision import Precision
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._fixture.training import golden_training
 from parity_reference.training import step_key
@@ -179,7 +180,8 @@ def test_the_sliced_judge_and_allowances_are_the_whole_arrays(toy: Fixture, gold
 
     rng = np.random.default_rng(0)
     wanted = {}
-    for precision, tiers in (("fp32", ["fp32"]), ("fp64", ["fp64", "fp32"])):
+    runs: list[tuple[Precision, list[Precision]]] = [("fp32", ["fp32"]), ("fp64", ["fp64", "fp32"])]
+    for precision, tiers in runs:
         for i, output in enumerate(_perturbed(goldens[precision][1], rng)):
             monkeypatch.setattr(gradients, "_beyond", lambda *_: None)  # the whole-array path only
             tol = grad_tolerances(toy, *goldens["fp64"])
