@@ -305,14 +305,12 @@ def differential(
     exact = rounded_once_taps(fixture)
     labels = (sides[0].label, sides[1].label)
     tier = magnitude_tier(precision)
-    goldens = {t: {case.name: fixture.golden_case(t, case.name) for case in fixture.cases}
-               for t in dict.fromkeys(("fp64", "fp32", tier))}  # type: ignore[arg-type]
     rows: list[DiffRow] = []
-    for tap in fixture.tap_names:
-        truth = {case: g[tap] for case, g in goldens["fp64"].items()}
-        magnitude = tap_magnitude(g[tap] for g in goldens[tier].values())
-        golden_row = tap_budget(GOLDEN_FP32, "fp32", tap, {case: g[tap] for case, g in goldens["fp32"].items()},
-                                truth, magnitude)
+    for tap in fixture.tap_names:  # one tap's goldens at a time (a large fixture's are read lazily, per tensor)
+        truth = {case.name: fixture.golden_tap("fp64", case.name, tap) for case in fixture.cases}
+        g32 = {case.name: fixture.golden_tap("fp32", case.name, tap) for case in fixture.cases}
+        magnitude = tap_magnitude((truth if tier == "fp64" else g32).values())
+        golden_row = tap_budget(GOLDEN_FP32, "fp32", tap, dict(g32), truth, magnitude)
         units: dict[str, float | None] = {}
         row = DiffRow(tap, magnitude, _units(golden_row.max_abs, magnitude, eps), tap in exact,
                       tolerance_units(fixture, precision, tap, magnitude, eps), units, None)
