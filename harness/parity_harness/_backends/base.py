@@ -190,6 +190,17 @@ class Backend:
         """Why this backend does not run on `fixture` at all (reported once as not supported), or None."""
         return None
 
+    def tap_sources(self, fixture: Fixture) -> dict[str, str] | None:
+        """What stood for each tap it returns ({tap: "tensor (op node; how found)"}), when that is not the obvious
+        (a user's ONNX graph, matched by value): printed and kept in the JSON's `sources`. None by default."""
+        return None
+
+    def locate_op(self, fixture: Fixture, precision: Precision, case: str, tap: str) -> str | None:
+        """Where, inside the first diverging tap, the divergence starts: one line naming the op (a graph's node,
+        its inputs and constants, the size of the break), or None (by default: the tap is as far as it tells).
+        Called once per backend and precision whose run failed, for its first failing tap and case."""
+        return None
+
     def build_info(self) -> str | None:
         """What it computed with, one line, for the report (after it ran): a native library's version, build and
         the CPU features it used. None by default (nothing to say beyond its name)."""

@@ -390,6 +390,28 @@ class GuardedBackend:
                                 "expected a reason (str) or None")
         return one_line(reason) if reason is not None else None
 
+    def tap_sources(self, fixture: Fixture) -> dict[str, str] | None:
+        """What stood for each tap (`Backend.tap_sources`): {every tap of the fixture: one sanitized line, "" for a
+        tap it does not compute}, or None."""
+        view = fixture.for_backend()
+        sources = self._call("tap_sources", lambda: self._backend.tap_sources(view))
+        if sources is None:
+            return None
+        if not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in sources.items()):
+            raise BackendMisbehaved(f"backend {self.name!r}: tap_sources() returned {type(sources).__name__}, "
+                                    "expected {tap: str} or None")
+        return {tap: one_line(sources[tap]) if tap in sources else "" for tap in fixture.tap_names}
+
+    def locate_op(self, fixture: Fixture, precision: Precision, case: str, tap: str) -> str | None:
+        """Where inside `tap` its divergence starts (`Backend.locate_op`), one sanitized line, or None."""
+        view = fixture.for_backend()
+        where = self._call("locate_op", lambda: self._backend.locate_op(view, precision, case, tap))
+        if where is not None and not isinstance(where, str):
+            raise BackendMisbehaved(f"backend {self.name!r}: locate_op() returned {type(where).__name__}, "
+                                    "expected a line (str) or None")
+        return one_line(where) if where else None
+
     def build_info(self) -> str | None:
         """What it says it computed with (`Backend.build_info`), as one sanitized line, or None."""
         info = self._call("build_info", self._backend.build_info)

@@ -509,6 +509,7 @@ class FirstDivergence:
     step: int | None = None  # decoding: the earliest failing step (then `upstream_*` cover every check before it)
     margin: float | None = None  # decoding: the golden's top-2 logit margin at that step
     cause: str = ""  # the likely cause, named from the numbers ("; "-joined, _compare/diagnose.py); "" when none
+    op: str = ""  # where inside the tap it starts: a graph's node, its inputs and constants (`Backend.locate_op`)
 
 
 def first_divergence(results: list[CheckResult], tap_order: list[str]) -> FirstDivergence | None:

@@ -75,6 +75,12 @@ class Report:
     # What each backend that ran says it computed with, one line (`Backend.build_info`: a native library's build
     # and the CPU features it uses), by backend; sanitized at the boundary.
     builds: dict[str, str] = field(default_factory=dict)
+    # Where inside a first diverging tap the divergence starts, one line, by (backend, precision, tap)
+    # (`Backend.locate_op`: a graph's node); copied onto the first divergences' `op`. Not in JSON itself.
+    ops: dict[tuple[str, str, str], str] = field(default_factory=dict, repr=False)
+    # What stood for each tap, by backend, where a backend says (`Backend.tap_sources`: a user's ONNX graph's
+    # tensors, matched by value): {backend: {tap: "tensor (op node; how found)"}}; the taps absent were not computed.
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
     # The report as a tree (`tree`), built on first use; from then on the Report is frozen. Not in JSON.
     _tree: ReportTree | None = field(default=None, init=False, repr=False, compare=False)
 

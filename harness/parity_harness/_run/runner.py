@@ -176,6 +176,8 @@ def add_backend_result(report: Report, own: BackendResult) -> None:
     report.outputs.update(own.outputs)
     report.stored += own.stored
     report.builds.update(own.builds)
+    report.ops.update(own.ops)
+    report.sources.update(own.sources)
 
 
 def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, wanted: list[Precision],
@@ -214,11 +216,30 @@ def _run_backend(report: Report, fixture: Fixture, backend: GuardedBackend, want
                 build = backend.build_info()
                 if build:
                     report.builds[backend.name] = build
+            if backend.name not in report.sources:
+                sources = backend.tap_sources(fixture)
+                if sources is not None:
+                    report.sources[backend.name] = sources
+            _locate_first_op(report, fixture, backend, precision)
             if release and precision != computed[-1]:
                 release_memory()  # between its precisions; after the last, run_parity's run_one does it
     except ParityError as exc:
         report.runs.append(BackendRun(backend.name, precision, clock[0], RunStatus.CRASHED, one_line(str(exc))))
         raise
+
+
+def _locate_first_op(report: Report, fixture: Fixture, backend: GuardedBackend, precision: Precision) -> None:
+    """Ask the backend where inside its first failing tap (dataflow order; the first case failing there) the
+    divergence starts (`locate_op`): one line kept by (backend, precision, tap), for the first divergence."""
+    order = {t: i for i, t in enumerate(fixture.tap_names)}
+    failing = [r for r in report.results if r.backend == backend.name and r.precision == precision
+               and r.status == FAIL and r.tap in order and r.case != SYSTEMATIC_CASE]
+    if not failing:
+        return
+    first = min(failing, key=lambda r: order[r.tap])
+    where = backend.locate_op(fixture, precision, first.case, first.tap)
+    if where:
+        report.ops[(backend.name, precision, first.tap)] = where
 
 
 # From this many parameters on, each backend run is followed by `release_memory`. Below it the freed
@@ -422,6 +443,7 @@ def finish_report(report: Report, fixture: Fixture) -> None:
     name_divergences(report.divergences, fixture)
     for d in report.divergences:
         d.cause = report.causes.get((d.backend, d.precision, d.golden, d.case, d.tap), d.cause)
+        d.op = report.ops.get((d.backend, d.precision, d.tap), d.op)
     if report.measure_budget:
         report.budget = reference_rows(fixture) + report.budget
     if not report.fixture_id:

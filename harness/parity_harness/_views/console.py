@@ -14,7 +14,7 @@ JSON schema (version 1), stable for CI scripts:
       "first_divergence": {backend: [ {"precision", "golden", "tap", "case", "index", "actual",
                                       "expected", "max_abs", "atol", "message", "upstream_taps",
                                       "upstream_max_abs", "by_case", "n_bad", "location", "axes",
-                                      "previous_tap", "previous_max_abs", "cause"} ]},
+                                      "previous_tap", "previous_max_abs", "cause", "op"} ]},
       "runs": [ {"backend", "precision", "seconds", "status", "message"} ],  # status "ran", "not_supported", "dump",
                                                                              # "crashed" (message: the error line)
       "skipped": [str],                                  # registered backends not run (missing dependencies)
@@ -39,7 +39,9 @@ breaking it) include the fixture's own float32 golden as backend "golden.fp32". 
 version 1: `fixture_id`, the fixture's content hash (parity_harness/_fixture/identity.py, docs/dump-format.md),
 which `parity merge` uses to refuse reports of different fixtures; and the run status "dump"
 (`parity compare`: the outputs were read from the dump file named in `message`, `seconds` is 0).
-Also added in version 1: a first divergence's `cause`, the likely cause named from the numbers
+Also added in version 1: a first divergence's `op`, where inside the tap it starts (a graph's node, its inputs
+and constants: `Backend.locate_op`, docs/onnx.md; "" when the backend cannot tell). And its `cause`, the likely
+cause named from the numbers
 ("; "-joined pattern names, "" when none applies: parity_harness/_compare/diagnose.py, docs/diagnosis.md).
 
 Also added in version 1: `decoding`, present when `parity run` attempted the decoding check
@@ -204,6 +206,8 @@ def divergence_paragraph(d: FirstDivergence) -> str:
     others = {c: t for c, t in d.by_case.items() if t != d.tap}
     text = (f"{d.backend} {tier_label(d.precision, d.golden)}: first divergence at {d.tap}, "
             f"case {d.case}{where}{values}. {upstream}")
+    if d.op:  # inside the tap: a graph's node (Backend.locate_op)
+        text += f" Down to the op: {d.op}."
     if d.cause:  # named from the numbers (parity_harness/_compare/diagnose.py)
         text += f" Likely cause: {d.cause}."
     if d.by_case:
@@ -308,6 +312,8 @@ def print_report(report: Report, out: TextIO, verbose: int | bool = 0, budget: b
             _emit(out, line)
     for backend, build in report.builds.items():  # what a native backend says it computed with
         _emit(out, f"{backend}: {build}")
+    for line in sources_lines(report, verbose=level > 0):  # a user's graph: which tensor stood for which tap
+        _emit(out, line)
     for note in report.restarts:  # an infrastructure flake the run recovered from: said, never hidden
         _emit(out, f"restarted: {note}")
     if budget:
@@ -325,6 +331,26 @@ def print_report(report: Report, out: TextIO, verbose: int | bool = 0, budget: b
     if hint:
         _emit(out, hint)
     _emit(out, verdict_line(report))
+
+
+def sources_lines(report: Report, verbose: bool = False) -> list[str]:
+    """Per backend that says what stood for its taps: how many were found and how, the taps it does not compute;
+    with `verbose`, one line per tap."""
+    lines: list[str] = []
+    for backend, sources in report.sources.items():
+        missing = [t for t, text in sources.items() if not text]
+        how: dict[str, int] = {}
+        for text in sources.values():
+            if text:
+                kind = text.rsplit("; ", 1)[-1].rstrip(")")
+                how[kind] = how.get(kind, 0) + 1
+        found = ", ".join(f"{n} by {kind}" for kind, n in sorted(how.items()))
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        lines.append(f"{backend}: {len(sources) - len(missing)} of {len(sources)} taps found in the graph ({found}); "
+                     f"not computed by it: {shown or 'none'}")
+        if verbose:
+            lines += [f"  {tap:<34} {text or 'not computed'}" for tap, text in sources.items()]
+    return lines
 
 
 def stale_hint(report: Report) -> str | None:
@@ -496,6 +522,7 @@ def report_json(report: Report) -> dict[str, Any]:
         **({"grad": grad_json(report.grad)} if report.grad is not None else {}),
         **({"stored": stored_json(report.stored)} if report.stored else {}),
         **({"builds": dict(report.builds)} if report.builds else {}),
+        **({"sources": {b: dict(s) for b, s in report.sources.items()}} if report.sources else {}),
     })
 
 

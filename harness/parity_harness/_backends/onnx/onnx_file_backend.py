@@ -155,6 +155,26 @@ class OnnxFileBackend(Backend):
         """{tap: "tensor (op node), how it was found"}: what the report says stood for each tap."""
         return {tap: f"{s.tensor} ({s.op} {s.node}; {s.how})" for tap, s in self.sources(fixture).items()}
 
+    def locate_op(self, fixture: Fixture, precision: Precision, case: str, tap: str) -> str | None:
+        """The node where the divergence at `tap` starts (localize.py), one line; None when it cannot be told."""
+        from parity_harness._backends.onnx.localize import locate
+
+        found = self.sources(fixture)
+        if tap not in found:
+            return None
+        place = fixture.tap_names.index(tap)
+        stops = {found[t].tensor for t in fixture.tap_names[:place] if t in found}
+        stops.discard(found[tap].tensor)
+        tokens = list(fixture.case(case).tokens)
+        session, names, _ = self._session()
+        values = self._run_all(session, names, tokens, case)
+        reference, reference_node = _reference_values(fixture, tokens, tap)
+        where = locate(self.model(), values, found[tap].tensor, stops, reference, reference_node)
+        if where is None:
+            return None
+        note = "" if reference else " (the fixture has no ONNX graph of its own: only the kernels were checked)"
+        return f"in the graph, {where.line()}{note}"
+
     def build_info(self) -> str | None:
         return f"{self.path.name}: {self._weights_note}" if self._weights_note else None
 
@@ -174,6 +194,21 @@ class OnnxFileBackend(Backend):
                 taps[tap] = np.ascontiguousarray(read, dtype=np.float32)
             out[case.name] = taps
         return out
+
+
+def _reference_values(fixture: Fixture, tokens: list[int], tap: str) -> tuple[dict[str, np.ndarray], str]:
+    """Every float tensor of the fixture's own all-taps graph on `tokens` (its export, the model as written), and the
+    node that computes `tap` there; ({}, "") when the fixture has no graph."""
+    from parity_harness._backends.onnx.load import load_onnx
+    from parity_harness._backends.onnx.localize import run_exposed
+
+    path = fixture.onnx_path("all_taps") or fixture.onnx_path("logits")
+    if path is None or not path.is_file():
+        return {}, ""
+    model = load_onnx(path)
+    out = run_exposed(model, {model.graph.input[0].name: np.asarray(tokens, dtype=np.int64)})
+    node, op = producers(model).get(tap, ("", ""))
+    return {k: v for k, v in out.items() if v.dtype.kind == "f"}, (f"{op} {node}" if node else "")
 
 
 def _weights_held(model: Any, fixture: Fixture) -> str:

@@ -47,6 +47,19 @@ class OnnxRuntimeBackend(Backend):
 
         return run_cases(fixture, path, names, fp16_outputs(ort_runner(path, model=fp16_graph(path, names))))
 
+    def locate_op(self, fixture: Fixture, precision: Precision, case: str, tap: str) -> str | None:
+        """fp32: the node between the taps before `tap` and `tap` whose onnxruntime kernel is off its float64
+        recomputation (localize.py); the graph is the fixture's own, so a node that departs from the model cannot
+        be one of its nodes. None in fp16 (its converted graph) or when every kernel agrees."""
+        if precision != "fp32":
+            return None
+        from parity_harness._backends.onnx.load import load_onnx
+        from parity_harness._backends.onnx.localize import locate_in_own_graph
+
+        model = load_onnx(onnx_file(fixture, "all_taps"))
+        return locate_in_own_graph(model, fixture.case(case).tokens, expected_outputs(fixture.tap_names, "all_taps"),
+                                   tap)
+
     def supports_decoding(self, fixture: Fixture) -> bool:
         """With the fixture's decoder-with-past graph (model.decode.onnx), of either family; prefill by model.onnx."""
         from parity_harness._backends.onnx.decode import decode_graph
