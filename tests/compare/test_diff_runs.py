@@ -97,6 +97,15 @@ def units_of(delta_cell: float, precision: str = "fp32") -> float:
     return abs(delta_cell) / (EPS[precision] * magnitude)  # type: ignore[index]
 
 
+def toy_tolerance_units() -> float:
+    """The toy's fp32 tolerance at TAP's magnitude, atol + rtol x M_tap, in units of eps32 x M_tap: above c = 64
+    there, so it is the apart rule's c at that tap."""
+    fixture = load_fixture(TOY)
+    tol = fixture.tolerances["fp32"].for_tap(TAP)
+    magnitude = abs(1.0) / units_of(1.0) / EPS["fp32"]  # M_tap
+    return (tol.atol + tol.rtol * magnitude) / (EPS["fp32"] * magnitude)
+
+
 def planted_units(d1: Path, d2: Path) -> float:
     from safetensors import safe_open
 
@@ -130,7 +139,9 @@ def test_two_dumps_one_planted_exit_1_naming_the_tap_and_the_json_validates(
     assert [(f["tap"], f["rule"]) for f in diff["flags"]] == [(TAP, WORSE_THAN_PEER), (TAP, APART)]
     expected = planted_units(d1, d2)  # the plant in units of eps32 x M_tap, from the bytes and the golden
     assert diff["first_divergence"]["between"] == pytest.approx(expected, rel=1e-9)
-    assert expected > diff["bound"]
+    (row,) = [t for t in diff["taps"] if t["tap"] == TAP]
+    assert row["bound"] == pytest.approx(2 * max(SCALED_C["fp32"], toy_tolerance_units()), rel=1e-12)
+    assert expected > row["bound"] > diff["bound"]
     others = [t["between"] for t in diff["taps"] if t["tap"] != TAP]
     assert others == [0.0] * len(others)  # every other tap identical: the plant is the only difference
     broken = json.loads(json.dumps(doc))
@@ -144,8 +155,8 @@ def test_two_dumps_one_planted_exit_1_naming_the_tap_and_the_json_validates(
 def test_the_apart_rule_flags_two_sides_equally_far_from_the_truth(parity_cli: Parity, d1: Path,
                                                                    tmp_path: Path) -> None:
     """+delta in one dump, -delta in the other: neither is worse than its peer (ratio 1), both break the tier
-    (notes), and |A - B| = 2 delta is beyond 2c: only the apart rule, which reads no golden value, flags it."""
-    delta = 100.0 / units_of(1.0)  # 100 units of eps32 x M_tap, in value
+    (notes), and |A - B| = 2 delta is beyond the bound: only the apart rule, which reads no golden value, flags it."""
+    delta = 120.0 / units_of(1.0)  # 120 units of eps32 x M_tap, in value
     up = edit_dump(d1 / "numpy.fp32.safetensors", tmp_path / "up" / "numpy.fp32.safetensors", plant(delta))
     down = edit_dump(d1 / "numpy.fp32.safetensors", tmp_path / "down" / "numpy.fp32.safetensors", plant(-delta))
     diff = parity.diff(up, down)
@@ -154,7 +165,8 @@ def test_the_apart_rule_flags_two_sides_equally_far_from_the_truth(parity_cli: P
     row = diff.first
     a, b = (row.units[label] for label in diff.backends)
     assert a is not None and b is not None and max(a, b) < RATIO * min(a, b)
-    assert row.between is not None and row.between > bound(per_tap_c(load_fixture(TOY), "fp32"))
+    assert row.between is not None and row.between > bound(max(per_tap_c(load_fixture(TOY), "fp32"),
+                                                                toy_tolerance_units()))
     assert len(diff.notes) == 2  # both break the fp32 tier's tolerance at that tap
 
 

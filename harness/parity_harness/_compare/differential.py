@@ -20,7 +20,10 @@ Three rules flag a tap (docs/diagnosis.md, "The differential view"):
   tolerance for that tap and precision (in the same units) and at least `RATIO` times its peer's;
 - **apart** (no golden needed): max |A - B| beyond `bound(c) = 2c` units, c the per-tap rule's for the
   precision. Two runs that each pass the per-tap rule (within c units of the truth) are within 2c of each
-  other (the triangle inequality), so beyond 2c at least one of them does not.
+  other (the triangle inequality), so beyond 2c at least one of them does not. Where the fixture's own
+  tolerance at the tap, in the same units, is larger than c (the toy's atol 1e-5 + rtol 1e-5, the stress
+  fixture's measured per-tap overrides), it is the tap's c (`tap_c`): two runs that pass it are within twice it,
+  so a bound below that would flag runs the fixture passes.
 
 The first divergence is the first flagged tap in dataflow order, its worst cell named by axis, as in
 `parity run`. Only a tap both sides produce (for every case) is compared: `Differential.coverage` says how
@@ -43,9 +46,10 @@ from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Fixture
 from parity_harness._fixture.tolerances import tap_magnitude
 
-# worse-than-peer: a side's error against the truth at least this many times its peer's (three binary orders of
-# magnitude: honest backends are within 2.1x of each other on every tap of the toy, numpy 0.81 and pytorch 0.39
-# eps32 units at blocks.0.ln1.hook_scale), and beyond the fixture's tolerance for the tap (what makes it a failure).
+# worse-than-peer: a side's error against the truth at least this many times its peer's, and beyond the fixture's
+# tolerance at the tap. The ratio alone does not make a failure: honest pairs reach 3.2x on the toy in fp32, 7.0x
+# in fp64 and 1,625x on toy-stress in fp64 (errors above 1 unit), all far inside the tolerance the rule also asks
+# for (docs/diagnosis.md, measured); three binary orders of magnitude is "far beyond" the peer.
 RATIO = 8.0
 
 ROUNDED_ONCE = "rounded-once"
@@ -98,7 +102,8 @@ class DiffRow:
     units: dict[str, float | None]  # side -> its units (None: not produced; inf: structurally wrong)
     between: float | None  # max |A - B| in units; None when one of them does not produce the tap
     flagged: list[str] = field(default_factory=list)  # the sides flagged at this tap (rounded-once, worse-than-peer)
-    apart: bool = False  # max |A - B| beyond the bound
+    apart: bool = False  # max |A - B| beyond the bound 2 x `c`
+    c: float = 0.0  # the apart rule's c at this tap (`tap_c`): the precision's, or the fixture's larger tolerance
     cells: dict[str, Cell] = field(default_factory=dict)  # side, or "between" -> its worst cell
 
 
@@ -156,9 +161,12 @@ class Differential:
                                     f"({_num(row.tolerance)} units) and {_ratio(mine, theirs)} {peer}'s "
                                     f"{_num(theirs)}"))
             if row.apart and row.between is not None:
+                own = row.c != self.c  # the fixture's own tolerance at this tap, larger than c
+                why = ("the fixture's tolerance at this tap" if own else "the per-tap rule")
                 out.append(Flag(row.tap, APART, None, row.between,
-                                f"|{a} - {b}| is {_num(row.between)} units, beyond the bound {self.bound:g} "
-                                f"(2c, c = {self.c:g}): at least one of them breaks the per-tap rule"))
+                                f"|{a} - {b}| is {_num(row.between)} units, beyond the bound {bound(row.c):.4g} "
+                                f"(2c, c = {row.c:.4g}{', ' + why if own else ''}): at least one of them breaks "
+                                f"{why}"))
         return out
 
     @property
@@ -257,6 +265,12 @@ def _units(max_abs: float | None, magnitude: float, eps: float) -> float:
     return math.inf if magnitude == 0.0 else max_abs / (eps * magnitude)
 
 
+def tap_c(c: float, tolerance: float | None) -> float:
+    """c of the apart rule at a tap: the per-tap rule's c, or the fixture's tolerance at the tap in the same units
+    (`tolerance_units`) where it is larger: two runs that each pass it are within twice it of each other."""
+    return c if tolerance is None else max(c, tolerance)
+
+
 def tolerance_units(fixture: Fixture, precision: str, tap: str, magnitude: float, eps: float) -> float | None:
     """The fixture's tolerance at `tap` for a result in `precision`, in units of eps x M: (atol + rtol x M) / (eps x
     M) of its own tier (fp32, fp64), the per-tap rule's atol for fp16 and bf16."""
@@ -314,6 +328,7 @@ def differential(
         units: dict[str, float | None] = {}
         row = DiffRow(tap, magnitude, _units(golden_row.max_abs, magnitude, eps), tap in exact,
                       tolerance_units(fixture, precision, tap, magnitude, eps), units, None)
+        row.c = tap_c(c, row.tolerance)
         cut: dict[str, dict[str, np.ndarray | None]] = {label: {} for label in labels}
         worst: dict[str, tuple[str | None, list[int] | None, str]] = {}  # side or "between" -> case, index, message
         for label in labels:
@@ -329,7 +344,7 @@ def differential(
         if all(units[label] is not None for label in labels) and all(
                 x is not None for label in labels for x in cut[label].values()):
             row.between, worst["between"] = _between(tap, cut[labels[0]], cut[labels[1]], magnitude, eps)
-        _judge(row, labels, c)
+        _judge(row, labels)
         for key, (case, index, message) in worst.items():
             if case is not None:
                 row.cells[key] = _cell(fixture, tap, case, index, message, (cut[labels[0]], cut[labels[1]]), truth)
@@ -347,7 +362,7 @@ def _between(tap: str, a: dict[str, np.ndarray | None], b: dict[str, np.ndarray 
     return _units(row.max_abs if row.status == OK else math.inf, magnitude, eps), (row.case, row.index, row.message)
 
 
-def _judge(row: DiffRow, labels: tuple[str, str], c: float) -> None:
+def _judge(row: DiffRow, labels: tuple[str, str]) -> None:
     """The three rules at one tap (the module docstring)."""
     a, b = labels
     for name, peer in ((a, b), (b, a)):
@@ -359,7 +374,7 @@ def _judge(row: DiffRow, labels: tuple[str, str], c: float) -> None:
                  and mine >= RATIO * theirs)
         if shortcut or worse:
             row.flagged.append(name)
-    row.apart = row.between is not None and row.between > bound(c)
+    row.apart = row.between is not None and row.between > bound(row.c)
 
 
 def _num(x: float | None) -> str:
@@ -416,7 +431,8 @@ def format_differential(diff: Differential) -> list[str]:
     lines = [f"{a} vs {b}, {diff.precision} results: per tap, max over cases, in units of eps x M_tap "
              f"(eps {diff.precision} {diff.eps:.3g}; M_tap = max |golden| of the tap): each side's error against "
              f"the float64 truth (golden.fp64) and their difference ('=' : golden.fp32 is the truth rounded once "
-             f"there; '*' : flagged; '!' : apart, beyond {diff.bound:g} units = 2c, c = {diff.c:g})",
+             f"there; '*' : flagged; '!' : apart, beyond {diff.bound:g} units = 2c, c = {diff.c:g}, or twice a larger "
+             "tolerance the fixture gives the tap)",
              f"{'tap':<{width}}    " + "  ".join(f"{col:>{w}}" for col, w in zip(cols, widths, strict=True))]
     for r in diff.rows:
         cells = [_num(r.golden), *(_num(r.units[n]) + ("*" if n in r.flagged else "") for n in (a, b)),
@@ -464,7 +480,7 @@ def diff_json(diff: Differential, exit_code: int) -> dict[str, Any]:
         "taps_compared": {"compared": len(diff.compared), "of": len(diff.rows)},
         "taps": [{"tap": r.tap, "magnitude": r.magnitude, "golden_fp32": r.golden, "rounded_once": r.rounded_once,
                   "tolerance": r.tolerance, "a": r.units[a], "b": r.units[b], "between": r.between,
-                  "flagged": list(r.flagged), "apart": r.apart} for r in diff.rows],
+                  "flagged": list(r.flagged), "apart": r.apart, "bound": bound(r.c)} for r in diff.rows],
         "flags": [{"tap": f.tap, "rule": f.rule, "side": f.side, "units": f.units, "text": f.text}
                   for f in diff.flag_list],
         "first_divergence": None if first is None else {

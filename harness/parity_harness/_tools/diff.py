@@ -184,8 +184,9 @@ def verdict_line(diff: Differential) -> str:
     partial = len(diff.compared) < len(diff.rows)
     where = (f"on the {len(diff.compared)} of {len(diff.rows)} taps both produce (only those were compared)"
              if partial else "on every tap")
-    return (f"NOTHING FLAGGED {where}: {a} and {b} are within {diff.bound:g} units of each other, and neither is "
-            f"far worse than the other against the truth ({coverage})")
+    return (f"NOTHING FLAGGED {where}: {a} and {b} are within each tap's bound of each other (2c, c = {diff.c:g} or "
+            f"the fixture's tolerance where larger), and neither is far worse than the other against the truth "
+            f"({coverage})")
 
 
 def print_diff(diff: Differential, out: TextIO) -> Verdict:
