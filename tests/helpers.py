@@ -262,12 +262,15 @@ BUILTIN_PRECISIONS = {
 # Built-in backends that run only when named (`by_default = False`, the default `parity run` leaves them out):
 # the toy's full run (the fast set's) leaves them out too; the stress fixture's (full set) and
 # tests/backends/test_browser.py run them.
-NAMED_ONLY = {"onnxruntime-webgpu", "llama-cpp"}
+NAMED_ONLY = {"onnxruntime-webgpu", "llama-cpp", "onnx-file"}
 
 # llama.cpp computes GELU from ggml's float16 table of the tanh GELU, so every GPT-2 fixture fails at
 # blocks.0.mlp.hook_post by design (tests/backends/test_ggml_backend.py checks that, and the Llama toy passing):
 # the runs of "every built-in backend" on a GPT-2 fixture that must agree (BUILTIN_PRECISIONS) leave it out.
 GGML_GELU = {"llama-cpp"}
+
+# The backend of `parity run --onnx FILE`: a user's graph, given at run time (tests/backends/test_onnx_file.py).
+GIVEN_GRAPH = {"onnx-file"}
 
 
 # Left out of the toy's full run too: torch-compile, whose inductor kernels are compiled again in every new

@@ -293,15 +293,17 @@ def _write(report: Report, path: str, text: str, fmt: str) -> None:
 
 
 def assert_agrees(
-    backend: BackendLike | Sequence[BackendLike] | Report,
+    backend: BackendLike | Sequence[BackendLike] | Report | None,
     fixture: FixtureLike = None,
     precision: PrecisionLike = "all",
     *,
     decoding: bool = True,
     grad: bool = False,
+    onnx: str | os.PathLike[str] | None = None,
+    onnx_map: str | os.PathLike[str] | Mapping[str, str] | None = None,
 ) -> Report:
-    """Run `backend` (see `run`) and return the Report when every tap it was compared on agrees (with `grad`, every
-    gradient and training step too).
+    """Run `backend` (see `run`; with `onnx`, that graph too, or alone when `backend` is None) and return the Report
+    when every tap it was compared on agrees (with `grad`, every gradient and training step too).
 
     Raises `ParityAssertionError` (an AssertionError) when any tap or decoding step disagrees, its
     message's first line naming the first diverging tap, the case, the index, both values, the mismatch
@@ -311,7 +313,8 @@ def assert_agrees(
     ran first and looked at the report itself.
     """
     __tracebackhide__ = True  # pytest: show the caller's line, not this one
-    report = backend if isinstance(backend, Report) else run(backend, fixture, precision, decoding=decoding, grad=grad)
+    report = backend if isinstance(backend, Report) else run(backend, fixture, precision, decoding=decoding, grad=grad,
+                                                             onnx=onnx, onnx_map=onnx_map)
     if not report:
         raise ParityAssertionError(failure_message(report), report)
     return report

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Sequence
+    from collections.abc import Generator, Mapping, Sequence
 
     from parity_harness._compare.report import Report
     from parity_harness._fixture.fixture import Fixture
@@ -99,22 +99,29 @@ class Parity:
             _fail(error)
         return self._fixture
 
-    def assert_agrees(self, backend: BackendLike | Sequence[BackendLike] | Report, precision: PrecisionLike = "all", *,
-                      decoding: bool = True, grad: bool = False) -> Report:
-        """`parity_harness.api.assert_agrees` on the session's fixture (a Report: that report judged)."""
+    def assert_agrees(self, backend: BackendLike | Sequence[BackendLike] | Report | None,
+                      precision: PrecisionLike = "all", *, decoding: bool = True, grad: bool = False,
+                      onnx: str | os.PathLike[str] | None = None,
+                      onnx_map: str | os.PathLike[str] | Mapping[str, str] | None = None) -> Report:
+        """`parity_harness.api.assert_agrees` on the session's fixture (a Report: that report judged); `onnx`: a
+        user's ONNX graph too (alone with `backend=None`)."""
         __tracebackhide__ = True
         from parity_harness import api
 
         fixture = self.fixture
         try:
-            return api.assert_agrees(backend, fixture, precision, decoding=decoding, grad=grad)
+            return api.assert_agrees(backend, fixture, precision, decoding=decoding, grad=grad, onnx=onnx,
+                                     onnx_map=onnx_map)
         except api.ParityError as exc:
             error = exc
         _fail(error)  # outside the except: no "during handling of the above exception"
 
-    def run(self, backends: BackendLike | Sequence[BackendLike], precisions: PrecisionLike = "all", *,
-            decoding: bool = True, budget: bool = False, keep_outputs: bool = False, grad: bool = False) -> Report:
-        """`parity_harness.api.run` on the session's fixture: a Report, truthy when it passes."""
+    def run(self, backends: BackendLike | Sequence[BackendLike] | None, precisions: PrecisionLike = "all", *,
+            decoding: bool = True, budget: bool = False, keep_outputs: bool = False, grad: bool = False,
+            onnx: str | os.PathLike[str] | None = None,
+            onnx_map: str | os.PathLike[str] | Mapping[str, str] | None = None) -> Report:
+        """`parity_harness.api.run` on the session's fixture: a Report, truthy when it passes; `onnx`: a user's ONNX
+        graph too (alone with `backends=None`)."""
         __tracebackhide__ = True
         from parity_harness import api
         from parity_harness.api import run as run_backends  # a name apart from the backend contract's `run`
@@ -122,7 +129,7 @@ class Parity:
         fixture = self.fixture
         try:
             return run_backends(backends, fixture, precisions, decoding=decoding, budget=budget,
-                                keep_outputs=keep_outputs, grad=grad)
+                                keep_outputs=keep_outputs, grad=grad, onnx=onnx, onnx_map=onnx_map)
         except api.ParityError as exc:
             error = exc
         _fail(error)  # outside the except: no "during handling of the above exception"

@@ -18,6 +18,7 @@ from tests.helpers import (
     BUILTIN_PRECISIONS,
     DECODING_BACKENDS,
     GGML_GELU,
+    GIVEN_GRAPH,
     NAMED_ONLY,
     REPO,
     builtin_backends,
@@ -31,7 +32,7 @@ HF_UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.
 
 
 def test_every_builtin_backend_is_registered_and_listed_here() -> None:
-    assert builtin_backends() == set(BUILTIN_PRECISIONS) | GGML_GELU
+    assert builtin_backends() == set(BUILTIN_PRECISIONS) | GGML_GELU | GIVEN_GRAPH
 
 
 def test_the_default_selection_leaves_out_exactly_the_backends_run_only_when_named() -> None:
