@@ -263,3 +263,26 @@ def test_the_pytest_plugin_does_not_expose_diff() -> None:
     import parity_harness.pytest_plugin as plugin
 
     assert not [name for name in vars(plugin) if "diff" in name.lower()]
+
+
+def test_fp16_in_fp16_units_with_the_fixtures_c(tmp_path: Path) -> None:
+    """A reduced precision: eps 2^-10 and the fixture's c (32), bound 2c = 64 units; a plant on the fp16 grid."""
+    directory = tmp_path / "F"
+    assert parity.run(["numpy"], precisions="fp16", decoding=False, save_outputs=directory)
+    dump = directory / "numpy.fp16.safetensors"
+
+    def on_grid(data: dict[str, np.ndarray]) -> None:
+        key = f"{CASE}/{TAP}"
+        array = data[key].copy()  # [T, d], float32 holding fp16 values
+        array[CELL] = np.float32(np.float16(array[CELL] + np.float32(2.0)))  # ~95 units of eps16 x M_tap (21.6)
+        data[key] = array
+
+    planted = edit_dump(dump, tmp_path / "G" / "numpy.fp16.safetensors", on_grid)
+    fixture = load_fixture(TOY)
+    same = parity.diff("numpy", dump, precision="fp16")
+    assert same and same.eps == EPS["fp16"] and same.c == fixture.spec.reduced_c["fp16"] and same.bound == 64
+    diff = parity.diff(dump, planted)
+    assert diff.precision == "fp16" and diff.first is not None and diff.first.tap == TAP
+    row = diff.first
+    assert row.c == diff.c  # the per-tap atol of fp16 is c x eps x M_tap itself: its tolerance is c units
+    assert row.between == pytest.approx(units_of(2.0, "fp16"), rel=0.01) and row.between > diff.bound
