@@ -285,4 +285,5 @@ def test_fp16_in_fp16_units_with_the_fixtures_c(tmp_path: Path) -> None:
     assert diff.precision == "fp16" and diff.first is not None and diff.first.tap == TAP
     row = diff.first
     assert row.c == diff.c  # the per-tap atol of fp16 is c x eps x M_tap itself: its tolerance is c units
-    assert row.between == pytest.approx(units_of(2.0, "fp16"), rel=0.01) and row.between > diff.bound
+    assert row.between is not None and row.between > diff.bound
+    assert row.between == pytest.approx(units_of(2.0, "fp16"), rel=0.01)
