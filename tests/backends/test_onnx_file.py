@@ -40,23 +40,15 @@ LOGITS = TOY / "model.logits.onnx"
 NOT_IN_A_LOGITS_GRAPH = {"probs", "logit_lens.0", "logit_lens.1", "logit_lens.2"}
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            for attr in node.attribute:
-                if attr.name == "value":
-                    out[node.output[0]] = numpy_helper.to_array(attr.t)
-    return out
-
-
 def _add_constant(model: onnx.ModelProto, name: str, value: float) -> str:
     model.graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
     return name
 
 
 def _scalar_input(model: onnx.ModelProto, op: str, value: float) -> tuple[onnx.NodeProto, int]:
-    constants = _constants(model)
+    from parity_harness._backends.onnx.localize import constants_of
+
+    constants = constants_of(model)
     for node in model.graph.node:
         for k, name in enumerate(node.input):
             if node.op_type == op and name in constants and constants[name].size == 1 \
