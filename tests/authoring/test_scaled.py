@@ -178,7 +178,7 @@ def test_export_preset_needs_a_new_directory_and_a_known_preset(tmp_path: Path) 
     unknown = run_cli("export", "--preset", "gpt3", "--fixture", str(tmp_path / "x"))
     assert unknown.returncode == 2
     assert ("unknown preset 'gpt3' (known: toy, toy-stress, toy-llama, gpt2-small, gpt2-mini, gpt2-mini-gelu-new, "
-            "fp16-probe, llama-mini, llama-small)") in unknown.stderr
+            "fp16-probe, fp16-stress, llama-mini, llama-small)") in unknown.stderr
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     busy = run_cli("export", "--preset", "gpt2-mini", "--fixture", str(tmp_path / "full"))

@@ -26,7 +26,7 @@ import parity_harness._tools.mutants
 from parity_harness._core.errors import ParityError
 from parity_harness._core.status import Verdict
 from parity_harness._fixture.fixture import Fixture, load_fixture
-from parity_harness._tools.gpt2_mutants import REDUCED, STABILITY
+from parity_harness._tools.gpt2_mutants import FP16_STRESS, REDUCED, STABILITY
 from parity_harness._tools.mutants import (
     CATALOG,
     TARGET_DIRS,
@@ -226,9 +226,10 @@ def test_catalog_shape(fixture: Fixture) -> None:
         assert m.expected_tap in taps, m.name
         assert m.family == "gpt2" and m.name.startswith({"typescript": "ts-", "reference": "py-"}[m.target]), m.name
         assert m.description and m.patches
-        expected_on = "stress" if m in STABILITY else "probe" if m in REDUCED and m.expected_step is None else "toy"
+        expected_on = ("stress" if m in STABILITY else "probe" if m in REDUCED and m.expected_step is None
+                       else "fp16-stress" if m in FP16_STRESS else "toy")
         assert m.caught_on == expected_on, m.name
-        assert (m.precision is not None) == (m.caught_on == "probe"), m.name
+        assert (m.precision is not None) == (m.caught_on in ("probe", "fp16-stress")), m.name
     # One stability mutant per bug class, in the TypeScript port at least.
     assert {m.name for m in STABILITY if m.target == "typescript"} >= {
         "ts-softmax-no-max", "ts-ln-one-pass-variance", "ts-additive-mask", "ts-erf-series"}

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from parity_harness._authoring import fp16_stress
 from parity_harness._core.errors import ParityError
 from parity_harness._core.precision import TIERS, Precision
 from parity_harness._core.status import Verdict
@@ -66,6 +67,8 @@ class Preset:
     what: str
     outlier: float = 0.0  # +this on wpe's dim 0 and -this on dim 1, at every position (fp16-probe: PROBE_OUTLIER)
     c: Mapping[Precision, float] | None = None  # the per-tap rule's c measured on this preset (None: gpt2-small's)
+    build: Callable[[dict[str, np.ndarray], int], dict[str, np.ndarray]] | None = None  # (GPT-2 init, seed) -> own
+    note: str = ""  # the provenance's "weights" line when `build` makes them
 
     @property
     def family(self) -> str:
@@ -125,6 +128,8 @@ PRESETS: Mapping[str, Preset] = _AllPresets({
                          (1, 5, 16), 16, "a flat vocabulary of 4,096 and +-200 outlier dims: where fp16 "
                                          "accumulation bugs show (the selftest's reduced mutants)",
                          outlier=PROBE_OUTLIER),
+    fp16_stress.PRESET: Preset(fp16_stress.PRESET, fp16_stress.CONFIG, fp16_stress.LENGTHS, 16, fp16_stress.WHAT,
+                               build=fp16_stress.stress_weights, note=fp16_stress.WEIGHTS_NOTE),
 })
 
 
@@ -151,6 +156,8 @@ def preset_weights(preset: Preset, seed: int) -> dict[str, np.ndarray]:
         weights: dict[str, np.ndarray] = family_of(preset.config).module("authoring").init_weights(preset.config, seed)
         return weights
     weights = init_weights(cast(GPTConfig, preset.config), seed)
+    if preset.build is not None:  # fp16-stress: GPT-2's initialization changed by its authoring module
+        return preset.build(weights, seed)
     if preset.outlier:
         weights["wpe.weight"][:, 0] += np.float32(preset.outlier)  # (n_ctx,)
         weights["wpe.weight"][:, 1] -= np.float32(preset.outlier)  # (n_ctx,)
@@ -259,6 +266,7 @@ def export_preset(root: Path, name: str, seed: int = 0, long: bool = False, prog
         "preset": name, "seed": seed, "command": f"parity export --preset {name} --seed {seed}"
                                                  + (" --long" if long else ""),
         "weights": (family_of(preset.config).module("authoring").WEIGHTS_NOTE if preset.family != DEFAULT_FAMILY else
+                    preset.note if preset.note else
                     "parity_harness._authoring.presets.init_weights: N(0, 0.02), residual projections "
                     "0.02/sqrt(2 n_layer), PCG64(seed)" + (f"; wpe dims 0, 1 +-{preset.outlier:g} (preset_weights)"
                                                            if preset.outlier else "")),

@@ -44,6 +44,13 @@ CONV1D_TRANSPOSE = "Conv1D weight transposed"
 FINAL_LN_UNUSED = "final LayerNorm not applied"
 UNTIED_OUTPUT = "untied output layer"
 
+# Reduced precision: overflow and accumulation in the precision (the fp16-stress fixture's mutants, docs/selftest.md)
+LN_SQUARES_OVERFLOW = "overflow in the LayerNorm's sum of squares"
+SOFTMAX_ACCUMULATED = "softmax sum accumulated in"  # + " float16" or " bfloat16"
+LOGITS_ACCUMULATED = "logits accumulated in"  # + " float16" or " bfloat16"
+HALF_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
+ACCUMULATION_BUDGET = 5e8  # multiply-adds a replayed running sum may cost (rows x V x d at the logits)
+
 LSTSQ_BUDGET = 5e8  # multiply-adds the untied-output fit may cost (T x d x V): the toy's 1e4, gpt2-small's 4e10 not
 _A_S = (0.3275911, 1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)  # A&S 7.1.26
 MLP_WEIGHTS = ("c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias")
@@ -279,6 +286,86 @@ def _logits(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: fl
     return []
 
 
+def round_to(x: np.ndarray, precision: str) -> np.ndarray:
+    """x rounded to fp16's or bf16's grid (to nearest, ties to even; bf16 by way of float32), back in float64."""
+    if precision == "fp16":
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(np.asarray(x, dtype=np.float64).astype(np.float16), dtype=np.float64)
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    with np.errstate(over="ignore"):
+        rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return np.asarray(rounded.view(np.float32), dtype=np.float64)
+
+
+def _ln_squares_overflow(a: np.ndarray, b: np.ndarray, bad: np.ndarray, ctx: TapContext) -> list[str]:
+    """fp16: every failing row of the scale is inf or NaN, and the golden input's sum of squares over d (of x, or
+    centered) is past 65,504 there while each square fits: a sum of squares stored in float16."""
+    source = _ln_input(ctx.tap, _gpt(ctx))
+    x = None if source is None or ctx.precision != "fp16" else ctx.golden(source)
+    if x is None or x.shape[:-1] != a.shape[:-1] or not bad.any():
+        return []
+    limit = float(np.finfo(np.float16).max)
+    centered = x - np.mean(x, axis=-1, keepdims=True)  # (T, d)
+    one_pass = np.sum(x * x, axis=-1, keepdims=True)  # (T, 1)
+    two_pass = np.sum(centered * centered, axis=-1, keepdims=True)  # (T, 1)
+    rows = np.broadcast_to(np.maximum(one_pass, two_pass) > limit, a.shape)
+    largest = float(np.max(x * x))
+    if not bool(np.all(~np.isfinite(a[bad]))) or not bool(np.all(rows[bad])) or largest > limit:
+        return []
+    return [f"{LN_SQUARES_OVERFLOW}: inf in every failing row, whose sum of squares over d reaches "
+            f"{float(np.max(one_pass)):.6g} (sum x^2), {float(np.max(two_pass)):.6g} (centered) > {limit:g} while each "
+            f"square is at most {largest:.6g}: a sum of squares stored in float16 (a one-pass sum(x^2)/d - mean^2, "
+            "or a running sum)"]
+
+
+def _softmax_accumulated(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
+                         ctx: TapContext) -> list[str]:
+    """fp16 or bf16: a softmax whose normalizer is a running sum in the precision, replayed from the golden's own
+    exp(x - max) (its probabilities over their row's largest), predicts every failing cell."""
+    name = HALF_NAMES.get(ctx.precision)
+    if name is None or b.ndim < 1 or not bool(np.all(np.isfinite(b) & (b >= 0.0))):
+        return []
+    top = np.max(b, axis=-1, keepdims=True)  # (..., 1)
+    if not bool(np.all(top > 0.0)):
+        return []
+    e = round_to(b / top, ctx.precision)  # (..., n): exp(x - max) in the precision
+    total = np.zeros_like(e[..., :1])  # (..., 1)
+    for j in range(e.shape[-1]):
+        total = round_to(total + e[..., j : j + 1], ctx.precision)  # (..., 1): each add rounded
+    pred = round_to(e / total, ctx.precision)  # (..., n)
+    if not _explains(a, b, pred, bad, atol, rtol):
+        return []
+    exact = e.sum(axis=-1, keepdims=True)  # (..., 1)
+    worst = int(np.argmax(np.abs(exact - total)))
+    return [f"{SOFTMAX_ACCUMULATED} {name}: softmax normalizer wrong, a running {name} sum of exp(x - max) predicts "
+            f"every failing row (it stops at {float(total.flat[worst]):.6g} where the row sums to "
+            f"{float(exact.flat[worst]):.6g})"]
+
+
+def _logits_accumulated(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
+                        ctx: TapContext) -> list[str]:
+    """fp16 or bf16: the logits as a running sum over d in the precision, replayed from the golden final LayerNorm
+    and wte (each input, product and partial sum rounded), predict every failing cell."""
+    name = HALF_NAMES.get(ctx.precision)
+    norm, g, beta = ctx.golden("ln_final.hook_normalized"), ctx.weight("ln_f.weight"), ctx.weight("ln_f.bias")
+    wte = ctx.weight("wte.weight")
+    if name is None or norm is None or g is None or beta is None or wte is None or norm.ndim != 2 or \
+            norm.shape[0] != a.shape[0] or wte.shape != (a.shape[-1], norm.shape[1]) or \
+            norm.size * wte.shape[0] > ACCUMULATION_BUDGET:
+        return []
+    p = ctx.precision
+    ln = round_to(round_to(round_to(norm, p) * round_to(g, p), p) + round_to(beta, p), p)  # (T, d)
+    w = round_to(wte, p)  # (V, d)
+    out = np.zeros(a.shape)  # (T, V)
+    for i in range(ln.shape[1]):
+        out = round_to(out + round_to(ln[:, i : i + 1] * w[:, i], p), p)  # (T, V): a running sum over d
+    if not _explains(a, b, out, bad, atol, rtol):
+        return []
+    lost = float(np.max(np.abs(out - b)) / max(float(np.max(np.abs(b))), float(np.finfo(np.float64).tiny)))
+    return [f"{LOGITS_ACCUMULATED} {name}: a running {name} sum over d of ln_f(x)_i * wte_ji predicts every failing "
+            f"cell (terms under half an ulp of the partial sum are lost: up to {lost:.0%} of the largest logit)"]
+
+
 def known_bugs(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, atol: float, rtol: float,
                ctx: TapContext) -> list[Callable[[], list[str]]]:
     """The patterns to try at this tap, in order (`diagnose` runs them: the first that fits names the cause)."""
@@ -286,11 +373,13 @@ def known_bugs(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, a
     checks: list[Callable[[], list[str]]] = []
     if tap.endswith(".hook_scale"):
         checks.append(lambda: _ln_scale(a, b, bad, dtype, atol, rtol, ctx))
+        checks.append(lambda: _ln_squares_overflow(a, b, bad, ctx))
     elif tap.endswith(".hook_normalized"):
         checks.append(lambda: _ln_normalized(a, b, bad, atol, rtol, ctx))
     elif tap.endswith("attn.hook_attn_scores"):
         checks.append(lambda: _scores(a, b, bad, atol, rtol, ctx))
     elif tap.endswith("attn.hook_pattern") or tap == "probs" or tap.startswith("logit_lens."):
+        checks.append(lambda: _softmax_accumulated(a, b, bad, atol, rtol, ctx))
         checks.append(lambda: _pattern(a, b, bad, dtype, atol, rtol, ctx))
     elif tap.endswith("mlp.hook_post"):
         checks.append(lambda: _gelu(a, b, bad, atol, rtol, ctx))
@@ -300,6 +389,7 @@ def known_bugs(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, a
         checks.append(lambda: _heads(a, b, bad, atol, rtol))
     elif tap == "logits":
         checks.append(lambda: _logits(a, b, bad, atol, rtol, ctx))
+        checks.append(lambda: _logits_accumulated(a, b, bad, atol, rtol, ctx))
     return checks
 
 

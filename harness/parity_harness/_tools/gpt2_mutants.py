@@ -4,8 +4,10 @@ reference (parity_reference/model.py), named in the family's table (`code.mutant
 `MUTANTS`, in catalog order: the toy's porting bugs (the forward pass, then incremental decoding), the stability
 bugs (`STABILITY`, caught_on "stress": invisible on fixtures/toy, caught on fixtures/toy-stress) and the
 reduced-precision bugs (`REDUCED`, caught_on "probe": a half fast path caught in fp16 on the fp16-probe fixture, and
-the fp16 KV cache of an fp32 model, a decoding mutant of the toy). What each field means, and how the selftest runs
-them: parity_harness/_tools/mutants.py and docs/selftest.md.
+the fp16 KV cache of an fp32 model, a decoding mutant of the toy), then `FP16_STRESS` (caught_on "fp16-stress":
+overflow and accumulation in the precision, the same code passing in fp32 and fp64 on the fp16-stress fixture and
+caught in fp16 or bf16 there). What each field means, and how the selftest runs them:
+parity_harness/_tools/mutants.py and docs/selftest.md.
 """
 
 from __future__ import annotations
@@ -192,6 +194,44 @@ REDUCED: tuple[Mutant, ...] = (
         "blocks.0.attn.cache_k", step=0),
 )
 
+# -- reduced precision on the fp16-stress fixture: overflow and accumulation in the precision, the same code ------
+#    passing in fp32 and fp64 there (parity_harness/_authoring/fp16_stress.py, docs/selftest.md)
+_PY_LOGITS = '    return ln @ params["wte.weight"].T'
+_PY_SOFTMAX_DTYPE_SUM = '''def _softmax(x: Tensor) -> Tensor:
+    """Softmax over the last axis, its normalizer a running sum in x's own dtype (a hand-written kernel)."""
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))  # (..., n)
+    total = torch.zeros_like(e[..., :1])  # (..., 1): the accumulator has the input's dtype
+    for j in range(e.shape[-1]):
+        total = total + e[..., j : j + 1]  # (..., 1): fp16 stagnates at 2048, where its ulp is 2
+    return e / total
+
+
+def gelu('''
+_PY_LOGITS_DTYPE_SUM = '''    w = params["wte.weight"]  # (V, d)
+    out = torch.zeros(*ln.shape[:-1], w.shape[0], dtype=ln.dtype)  # (T, V): the accumulator has the dtype
+    for i in range(ln.shape[-1]):
+        out = out + ln[..., i : i + 1] * w[:, i]  # (T, V): a running sum over d, rounded at each add
+    return out'''
+
+FP16_STRESS: tuple[Mutant, ...] = (
+    _py("py-fs-ln-one-pass-sum", ((_PY_LN_VAR, "var = (x * x).sum(dim=-1, keepdim=True) / x.shape[-1] - mean * mean"),),
+        "LayerNorm variance in one pass, sum(x^2) / d - mean^2: the sum of squares stored in the dtype, 125,500 > "
+        "65,504 in fp16 (each square, 62,500, fits)", "blocks.0.ln1.hook_scale", caught_on="fp16-stress",
+        precision="fp16"),
+    _py("py-fs-softmax-dtype-sum", (
+        ("def gelu(", _PY_SOFTMAX_DTYPE_SUM),
+        ("pattern = torch.softmax(scores, dim=-1)", "pattern = _softmax(scores)"),
+        ('taps["probs"] = torch.softmax(logits[..., last, :], dim=-1)',
+         'taps["probs"] = _softmax(logits[..., last, :])'),
+        ('taps[f"logit_lens.{k}"] = torch.softmax(lens[..., k * rows:(k + 1) * rows, :], dim=-1)',
+         'taps[f"logit_lens.{k}"] = _softmax(lens[..., k * rows:(k + 1) * rows, :])'),
+    ), "softmax normalizer a running sum in the input's dtype: in fp16 it stagnates at 2048 over 4,096 flat "
+       "logits", "probs", caught_on="fp16-stress", precision="fp16"),
+    _py("py-fs-logits-dtype-sum", ((_PY_LOGITS, _PY_LOGITS_DTYPE_SUM),),
+        "the logits' product ln @ wte^T as a running sum over d in the dtype: in bf16 every term after the first "
+        "(2) is under half an ulp and lost", "logits", caught_on="fp16-stress", precision="bf16"),
+)
+
 MUTANTS: tuple[Mutant, ...] = (
     # -- TypeScript port (float64 only: the fp64 tier and the fp64-vs-fp32 comparison) ------------
     _ts("ts-no-causal-mask", ((_TS_MASK, "scores.data[(h * T + i) * T + j] = dot / rootDh;"),),
@@ -307,4 +347,6 @@ MUTANTS: tuple[Mutant, ...] = (
     *STABILITY,
     # -- reduced precision: caught in fp16 on the probe fixture (the KV cache: by the decoding check) --
     *REDUCED,
+    # -- reduced precision: overflow and accumulation, caught in fp16 or bf16 on the fp16-stress fixture ----------
+    *FP16_STRESS,
 )

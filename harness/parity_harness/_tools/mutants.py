@@ -34,6 +34,9 @@ compute the unpatched numbers; the selftest runs each in its `precision` (fp16) 
 (`parity export --preset fp16-probe`, where the bug matters), where it must be caught at its tap, and
 in fp32 and fp64 there, where every comparison must pass. The fp16 KV cache of an fp32 model changes
 decoding only: a decoding mutant of the toy, caught by the fp32 and fp64 decoding check.
+"fp16-stress" marks the same kind on the fp16-stress fixture (`parity export --preset fp16-stress`,
+parity_harness/_authoring/fp16_stress.py), run the same way there: each caught in its `precision` (fp16 or bf16) at its
+tap, as overflow or accumulation in that precision, and passing every fp32 and fp64 comparison of the same code.
 
 "family" marks a porting bug of another family than the toy's (`family`: the Llama family's, "llama-...", in
 llama_model.py and its NumPy twins "llama-np-..." in llama_numpy.py): the selftest runs it on its family's own toy
@@ -66,7 +69,7 @@ from parity_reference.families import family_names, load_family
 Target = Literal["typescript", "reference", "numpy"]  # who runs the patched copy: typescript, pytorch's or numpy's code
 # The fixture that must catch the mutant: "family" is its family's own toy fixture (its mutants module's FIXTURE);
 # "grad" / "grad-stress": a backward mutant (_tools/grad_mutants.py), judged by the gradient check on toy / toy-stress
-CaughtOn = Literal["toy", "stress", "probe", "family", "grad", "grad-stress"]
+CaughtOn = Literal["toy", "stress", "probe", "fp16-stress", "family", "grad", "grad-stress"]
 TOY_FAMILY = "gpt2"  # the family of the toy, toy-stress and fp16-probe fixtures: its mutants come first
 
 _REFERENCE_DIR = Path(parity_reference.__file__).parent

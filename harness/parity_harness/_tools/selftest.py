@@ -26,7 +26,9 @@ The reduced-precision mutants (`caught_on == "probe"`) run on the probe fixture 
 --preset fp16-probe`, made in the temporary directory unless one is given): in their precision (fp16),
 where they must be caught at their expected tap, and in fp32 and fp64, where every comparison must pass
 (their bug lives in a half fast path). The probe's control runs the unpatched reference in fp16, bf16,
-fp32 and fp64: honest reduced precision must pass there.
+fp32 and fp64: honest reduced precision must pass there. The mutants caught on the fp16-stress fixture
+(`caught_on == "fp16-stress"`, `parity export --preset fp16-stress`, made the same way) run the same way there, with
+their own control; they are counted apart (`SelftestResult.fp16_stress`).
 
 The other families' mutants (`caught_on == "family"`, e.g. the Llama family's, which patch
 parity_reference/llama_model.py, target "reference", or its NumPy twin llama_numpy.py, target "numpy") run on their
@@ -266,7 +268,7 @@ class Outcome:
     @property
     def invisible_in_fp32(self) -> bool | None:
         """Reduced-precision mutants: every fp32 and fp64 comparison passed on the probe (None for the others)."""
-        return (not self.fp32_tiers and not self.fp32_error) if self.caught_on == "probe" else None
+        return (not self.fp32_tiers and not self.fp32_error) if self.caught_on in REDUCED_ON else None
 
     @property
     def cause(self) -> str:
@@ -315,6 +317,7 @@ def classify(mutant: Mutant, report: Report, fixture: Fixture, seconds: float) -
     return out
 
 
+REDUCED_ON = ("probe", "fp16-stress")  # the reduced-precision mutants' `caught_on`: run in their precision there
 BACKWARD_ON = ("grad", "grad-stress")  # the backward mutants' `caught_on`: the toy, the stress fixture
 
 
@@ -471,6 +474,8 @@ class SelftestResult:
     stress_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the stress fixture
     probe_fixture: str | None = None  # where the reduced-precision mutants are caught (None: none was run)
     probe_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on the probe
+    fp16_stress_fixture: str | None = None  # where the fp16-stress mutants are caught (None: none was run)
+    fp16_stress_controls: dict[str, str] = field(default_factory=dict)  # target -> "" if it passed on fp16-stress
     families: dict[str, FamilyRun] = field(default_factory=dict)  # family -> where its "family" mutants ran
     backward: list[BackwardOutcome] = field(default_factory=list)  # the backward mutants (gradient check)
     backward_controls: dict[str, str] = field(default_factory=dict)  # fixture -> "" if unpatched numpy_backward passed
@@ -500,6 +505,15 @@ class SelftestResult:
         return sum(bool(o.invisible_in_fp32) and o.caught and o.localized for o in self.reduced)
 
     @property
+    def fp16_stress(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.caught_on == "fp16-stress"]
+
+    @property
+    def n_fp16_stress_ok(self) -> int:
+        """fp16-stress mutants caught at their tap in their precision and invisible in fp32 and fp64."""
+        return sum(bool(o.invisible_in_fp32) and o.caught and o.localized for o in self.fp16_stress)
+
+    @property
     def n_pairs(self) -> int:
         """Stability mutants invisible on the toy and caught on the stress fixture."""
         return sum(bool(o.invisible_on_toy) and o.caught for o in self.stability)
@@ -519,7 +533,7 @@ class SelftestResult:
     @property
     def control_passed(self) -> bool:
         return all(not why for why in (*self.controls.values(), *self.stress_controls.values(),
-                                       *self.probe_controls.values(),
+                                       *self.probe_controls.values(), *self.fp16_stress_controls.values(),
                                        *(why for run in self.families.values() for why in run.controls.values())))
 
     def failures(self) -> list[str]:
@@ -530,6 +544,8 @@ class SelftestResult:
                 for t, m in self.stress_controls.items() if m]
         why += [f"control run of the unpatched {t} failed on the probe fixture (fp16, bf16, fp32, fp64): {m}"
                 for t, m in self.probe_controls.items() if m]
+        why += [f"control run of the unpatched {t} failed on the fp16-stress fixture (fp16, bf16, fp32, fp64): {m}"
+                for t, m in self.fp16_stress_controls.items() if m]
         why += [f"control run of the unpatched {t} failed on the {run.title} fixture: {m}"
                 for run in self.families.values() for t, m in run.controls.items() if m]
         why += [f"control run of the unpatched {BACKWARD_FILE} failed on {fx} (--grad): {m}"
@@ -553,11 +569,11 @@ class SelftestResult:
         if visible:
             why.append(f"{len(visible)} stability mutant(s) not invisible on the toy fixture (they must compute its "
                        f"numbers to round-off): {', '.join(visible)}")
-        visible = [o.name for o in self.reduced if not o.invisible_in_fp32]
+        visible = [o.name for o in (*self.reduced, *self.fp16_stress) if not o.invisible_in_fp32]
         if visible:
             why.append(f"{len(visible)} reduced-precision mutant(s) not invisible in fp32 and fp64 (their bug must "
                        f"live in the half fast path only): {', '.join(visible)}")
-        astray = [o.name for o in self.reduced if o.caught and not o.localized]
+        astray = [o.name for o in (*self.reduced, *self.fp16_stress) if o.caught and not o.localized]
         if astray:
             why.append(f"{len(astray)} reduced-precision mutant(s) not caught at their expected tap: "
                        f"{', '.join(astray)}")
@@ -587,6 +603,8 @@ class SelftestResult:
             "stress_controls": self.stress_controls,
             "probe_fixture": self.probe_fixture,
             "probe_controls": self.probe_controls,
+            "fp16_stress_fixture": self.fp16_stress_fixture,
+            "fp16_stress_controls": self.fp16_stress_controls,
             "families": {name: {"fixture": run.fixture, "controls": run.controls, "mutants": len(self.family(name)),
                                 "caught_at_tap_with_cause": self.n_family_ok(name)}
                          for name, run in self.families.items()},
@@ -596,7 +614,9 @@ class SelftestResult:
             "totals": {"mutants": len(self.outcomes), "caught": self.n_caught, "localized": self.n_localized,
                        "fp64_only": self.n_fp64_only, "stability": len(self.stability),
                        "invisible_on_toy_caught_on_stress": self.n_pairs, "reduced": len(self.reduced),
-                       "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok},
+                       "reduced_caught_at_tap_invisible_in_fp32": self.n_reduced_ok,
+                       "fp16_stress": len(self.fp16_stress),
+                       "fp16_stress_caught_at_tap_invisible_in_fp32": self.n_fp16_stress_ok},
             "backward": {"controls": self.backward_controls,
                          "mutants": [{**asdict(o), "localized": o.localized, "named": o.named, "ok": o.ok}
                                      for o in self.backward],
@@ -653,7 +673,7 @@ def _judge(fixture: Fixture, mutant: Mutant, work: Path, tag: str = "",
 def run_selftest(
     fixture: Fixture, mutants: list[Mutant], progress: Callable[[str], None] | None = None,
     stress: Fixture | None = None, probe: Fixture | None = None,
-    family_fixtures: Mapping[str, Fixture] | None = None,
+    family_fixtures: Mapping[str, Fixture] | None = None, fp16_stress: Fixture | None = None,
 ) -> SelftestResult:
     """The control runs (unpatched copies of each target used), then every mutant.
 
@@ -661,7 +681,8 @@ def run_selftest(
     "stress") run on `fixture`, where they must pass, and on `stress`, where they must be caught;
     ParityError (exit 2) if any is selected without a stress fixture. The reduced-precision mutants
     (caught_on "probe") run on `probe` (None: `parity export --preset fp16-probe` in the temporary
-    directory) in their precision, where they must be caught, and in fp32 and fp64, where they must pass.
+    directory) in their precision, where they must be caught, and in fp32 and fp64, where they must pass;
+    those caught_on "fp16-stress" the same way on `fp16_stress` (None: `parity export --preset fp16-stress` there).
     The other families' mutants (caught_on "family") run on their family's fixture, `family_fixtures[family]`
     (absent: the toy's sibling directory its mutants module names, e.g. toy-llama; ParityError, exit 2, if it is not
     there), where each must be caught at its tap with a likely cause.
@@ -702,6 +723,19 @@ def run_selftest(
             result.probe_fixture = str(probe.root) if probe.root.parent != work else "fp16-probe (seed 0, made here)"
             result.probe_controls = _controls(probe, list(dict.fromkeys(m.target for m in reduced)), work, "-probe",
                                               say, ["fp16", "bf16", "fp32", "fp64"])
+        on_fp16_stress = [m for m in mutants if m.caught_on == "fp16-stress"]
+        if on_fp16_stress and fp16_stress is None:
+            from parity_harness._authoring.presets import export_preset
+            from parity_harness._fixture.fixture import load_fixture
+
+            say("parity selftest: making the fp16-stress fixture (parity export --preset fp16-stress, seed 0)")
+            export_preset(work / "fp16-stress", "fp16-stress", progress=lambda _message: None, with_onnx=False)
+            fp16_stress = load_fixture(work / "fp16-stress")
+        if on_fp16_stress and fp16_stress is not None:
+            result.fp16_stress_fixture = (str(fp16_stress.root) if fp16_stress.root.parent != work
+                                          else "fp16-stress (seed 0, made here)")
+            result.fp16_stress_controls = _controls(fp16_stress, list(dict.fromkeys(m.target for m in on_fp16_stress)),
+                                                    work, "-fp16-stress", say, ["fp16", "bf16", "fp32", "fp64"])
         for name, group in by_family.items():
             result.families[name] = FamilyRun(
                 family_mutants(name).title, str(own[name].root),
@@ -711,9 +745,10 @@ def run_selftest(
             if mutant.caught_on == "family":
                 result.outcomes.append(_judge(own[mutant.family], mutant, work, f"-{mutant.family}"))
                 continue
-            if mutant.caught_on == "probe" and probe is not None:
-                outcome = _judge(probe, mutant, work, "-probe", [mutant.precision or "fp16"])
-                in_fp32 = _judge(probe, mutant, work, "-probe-fp32", ["fp32", "fp64"])
+            reduced_on = probe if mutant.caught_on == "probe" else fp16_stress
+            if mutant.caught_on in REDUCED_ON and reduced_on is not None:
+                outcome = _judge(reduced_on, mutant, work, f"-{mutant.caught_on}", [mutant.precision or "fp16"])
+                in_fp32 = _judge(reduced_on, mutant, work, f"-{mutant.caught_on}-fp32", ["fp32", "fp64"])
                 outcome.fp32_tiers, outcome.fp32_error = in_fp32.tiers, in_fp32.error
                 outcome.seconds += in_fp32.seconds
                 result.outcomes.append(outcome)
@@ -803,6 +838,15 @@ def format_table(result: SelftestResult) -> list[str]:
             rows.append((o.name, in_fp32, "yes" if o.caught else "NO", ",".join(o.tiers) or "-", o.cause,
                          o.first_tap or "-", o.expected_tap, "yes" if o.localized else "NO"))
         lines += _grid(rows)
+    if result.fp16_stress and result.fp16_stress_fixture is not None:
+        lines.append("fp16-stress mutants: caught in their precision on fp16-stress, invisible there in fp32 and fp64")
+        rows = [("mutant", "precision", "in fp32/fp64", "caught", "tiers", "cause", "first diverging tap",
+                 "expected tap", "match")]
+        for o in result.fp16_stress:
+            in_fp32 = "invisible" if o.invisible_in_fp32 else f"VISIBLE ({','.join(o.fp32_tiers) or 'error'})"
+            rows.append((o.name, o.precision or "fp16", in_fp32, "yes" if o.caught else "NO", ",".join(o.tiers) or "-",
+                         o.cause, o.first_tap or "-", o.expected_tap, "yes" if o.localized else "NO"))
+        lines += _grid(rows)
     for name, run in result.families.items():
         if not result.family(name):
             continue
@@ -819,7 +863,7 @@ def format_table(result: SelftestResult) -> list[str]:
     for o in result.outcomes:
         if o.error:
             lines.append(f"{o.name}: the run stopped with an error: {o.error}")
-        elif o.caught and o.fp64_only != o.expected_fp64_only and o.caught_on != "probe":
+        elif o.caught and o.fp64_only != o.expected_fp64_only and o.caught_on not in REDUCED_ON:
             claim = "fp64 only" if o.expected_fp64_only else "by an fp32-tolerance comparison too"
             lines.append(f"{o.name}: the catalog says it is caught {claim}; it was caught by {', '.join(o.tiers)}")
     blind = [f"{o.name} ({', '.join(o.blind_cases)})" for o in toy if o.caught and o.blind_cases]
@@ -866,6 +910,8 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
             f"{'FAIL: ' + why if why else 'pass'}")
     for target, why in result.probe_controls.items():
         say(f"control ({target}, unpatched, fp16-probe, fp16/bf16/fp32/fp64): {'FAIL: ' + why if why else 'pass'}")
+    for target, why in result.fp16_stress_controls.items():
+        say(f"control ({target}, unpatched, fp16-stress, fp16/bf16/fp32/fp64): {'FAIL: ' + why if why else 'pass'}")
     for name, run in result.families.items():
         for target, why in run.controls.items():
             say(f"control ({target}, unpatched {module_file(name, target)}, {Path(run.fixture).name}): "
@@ -883,6 +929,9 @@ def print_selftest(result: SelftestResult, out: TextIO | None = None) -> None:
     if result.reduced:
         say(f"reduced-precision mutants caught in fp16 at their tap, invisible in fp32 and fp64: "
             f"{result.n_reduced_ok}/{len(result.reduced)}")
+    if result.fp16_stress:
+        say(f"fp16-stress mutants caught in their precision at their tap, invisible in fp32 and fp64: "
+            f"{result.n_fp16_stress_ok}/{len(result.fp16_stress)}")
     for name, run in result.families.items():
         own = result.family(name)
         if own:
