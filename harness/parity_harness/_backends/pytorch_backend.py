@@ -77,6 +77,19 @@ class PyTorchBackend(Backend):
     def supports_decoding(self, fixture: Fixture) -> bool:
         return True
 
+    def locate_op(self, fixture: Fixture, precision: Precision, case: str, tap: str) -> str | None:
+        """fp32: the aten op inside `tap` whose float32 kernel is off its float64 recomputation (torch_ops.py); the
+        model is the reference itself, so nothing else can be told apart. None when every kernel agrees."""
+        if precision != "fp32":
+            return None
+        from parity_harness._backends.torch_ops import locate_in_forward
+        from parity_reference.run import torch_params
+
+        params = torch_params(fixture.weights(), "fp32")
+        forward = fixture.model.family.module("torch").run_with_taps
+        tokens = list(fixture.case(case).tokens)
+        return locate_in_forward(lambda: forward(params, fixture.model.config, tokens), None, fixture.tap_names, tap)
+
     def supports_grad(self, fixture: Fixture) -> bool:
         return True
 
