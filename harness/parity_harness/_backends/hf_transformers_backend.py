@@ -6,7 +6,8 @@ config's `activation`: "gelu", the exact erf GELU, or "gelu_new", GPT-2's tanh G
 precision's dtype: upcast to float64 for fp64, rounded once (to nearest) to float16 / bfloat16 for fp16 /
 bf16; for the stored weight format f16, the weights as a GGUF file stores them in float16 (stored_weights.py),
 computed in float32, judged against those weights' goldens. A sinusoidal fixture's positions are the sinusoid
-table (parity_reference.model's, computed in float64 and rounded once to the dtype) loaded as `wpe`. Nothing is downloaded (HF_HUB_OFFLINE=1).
+table (parity_reference.model's, computed in float64 and rounded once to the dtype) loaded as `wpe`. Nothing is
+downloaded (HF_HUB_OFFLINE=1).
 
 The dtype takes transformers' documented path for a model built from a config,
 `AutoModelForCausalLM.from_config(config, dtype=...)` (transformers 4's `torch_dtype`, deprecated for
