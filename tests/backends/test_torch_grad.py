@@ -238,3 +238,26 @@ def test_the_lens_rows_leave_every_gradient_bit_identical(name: str) -> None:
         assert list(one) == list(full)
         for key, want in full.items():
             assert one[key].dtype == want.dtype and one[key].tobytes() == want.tobytes(), f"{case}: {key} differs"
+
+
+def test_the_backward_threads_are_one_on_the_toys_and_torchs_default_from_a_million_parameters() -> None:
+    """The toys' backward runs on one thread, as their goldens were written (bit-identical); a fixture of
+    THREADED_FROM parameters or more (gpt2-small) on torch's default count (within tolerance)."""
+    from parity_harness._backends.pytorch_backend import THREADED_FROM, backward_threads
+
+    for name in ("toy", "toy-stress", "toy-llama"):
+        assert backward_threads(_fixture(name)[0]) == 1, name
+    fixture = _fixture("toy")[0]
+    d = fixture.model.config.d_model
+
+    class Big:  # the toy's model, its embedding grown to THREADED_FROM parameters
+        def __init__(self, model: Any) -> None:
+            self._shapes = {**model.param_shapes(), "wte.weight": [THREADED_FROM // d + 1, d]}
+
+        def param_shapes(self) -> dict[str, list[int]]:
+            return self._shapes
+
+    class Grown:
+        model = Big(fixture.model)
+
+    assert backward_threads(Grown()) is None  # type: ignore[arg-type]

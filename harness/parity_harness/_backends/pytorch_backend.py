@@ -18,7 +18,10 @@ weights (against their goldens); exact arithmetic on them, so what it shows is t
 Its backward (`parity run --grad`, fp32 and fp64, both families) is the goldens' own computation:
 `parity_reference.backward.case_gradients` (torch autograd through the reference, every tap on the loss's path
 and every parameter) for each training case, and `train_steps` (torch.optim.AdamW, one tensor at a time) on the
-fixture's weights and its training batch (the manifest's `training` section).
+fixture's weights and its training batch (the manifest's `training` section). On a fixture of THREADED_FROM
+parameters or more (gpt2-small) both run on torch's default thread count (`backward_threads`): a backend's
+backward must agree within tolerance, not bit for bit; a smaller fixture's run on one thread, as its goldens
+were written, so the toys' stay bit-identical to them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,18 @@ from parity_reference.run import reference_taps, torch_params
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
     from parity_harness._fixture.fixture import Fixture
+
+
+THREADED_FROM = 1_000_000  # parameters: a fixture this large runs its backward on torch's default thread count
+
+
+def backward_threads(fixture: Fixture) -> int | None:
+    """torch's thread count for a fixture's backward and training step: None (torch's default) from THREADED_FROM
+    parameters, else 1 (the goldens' writer's, bit-reproducible)."""
+    import math
+
+    size = sum(math.prod(shape) for shape in fixture.model.param_shapes().values())
+    return None if size >= THREADED_FROM else 1
 
 
 class PyTorchBackend(Backend):
@@ -101,7 +116,8 @@ class PyTorchBackend(Backend):
         fixture.release_weights()  # a GPT-2-sized fixture: only this dict holds the float32 copy now
         # lens_rows=1: probs and the logit lens are off the loss's path (no gradient), so one row of them, as the
         # numpy backward's forward computes them; the gradients are the same numbers
-        return {name: case_gradients(weights, config, fixture.case(name).tokens, precision, lens_rows=1)
+        threads = backward_threads(fixture)
+        return {name: case_gradients(weights, config, fixture.case(name).tokens, precision, threads, lens_rows=1)
                 for name in spec.cases}
 
     def train(self, fixture: Fixture, precision: Precision) -> dict[str, np.ndarray]:
@@ -111,7 +127,7 @@ class PyTorchBackend(Backend):
         batch = [fixture.case(name).tokens for name in spec.cases]
         weights = fixture.weights()
         fixture.release_weights()
-        return train_steps(weights, fixture.model.config, batch, spec, precision)
+        return train_steps(weights, fixture.model.config, batch, spec, precision, threads=backward_threads(fixture))
 
     def supports_layers(self, fixture: Fixture) -> bool:
         return fixture.family == "gpt2"
