@@ -87,6 +87,8 @@ def test_gpt2_manifests_name_no_family(tmp_path: Path) -> None:
     assert load_fixture(tmp_path / "mini").family == "gpt2"
 
 
+@pytest.mark.full  # ~20 s, the fast set's slowest test (the goldens and both ONNX graphs of an 8-layer model);
+# the fast set still exports llama-mini, without ONNX (tests/project/test_bench_floor.py)
 def test_llama_mini_preset_writes_a_llama_fixture(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from parity_harness._authoring.presets import LENS_ROWS, export_preset
