@@ -144,3 +144,32 @@ def test_no_module_imports_itself_back_through_another() -> None:
     assert len(graph) > 80
     assert cycles(graph) == []
     assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]  # the check sees a cycle where there is one
+
+
+def _packages_missing_from(pyproject: dict[str, object], root: Path) -> list[str]:
+    """Every Python package directory under ROOTS (one with an __init__.py) that pyproject's packages leave out."""
+    tool = pyproject["tool"]
+    assert isinstance(tool, dict)
+    listed = set(tool["setuptools"]["packages"])
+    missing = []
+    for top in ROOTS:
+        base = root / top
+        for init in sorted(base.rglob("__init__.py")):
+            if "__pycache__" in init.parts:
+                continue
+            name = ".".join((base.name, *init.parent.relative_to(base).parts))
+            if name not in listed:
+                missing.append(name)
+    return missing
+
+
+def test_the_wheel_lists_every_python_package() -> None:
+    """A subpackage left out of [tool.setuptools] packages is missing from the wheel, and every backend in it
+    crashes on import in an installed parity (llama-cpp's `_backends.ggml` did, caught by test_install's wheel run
+    in the full set only)."""
+    import tomllib
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert _packages_missing_from(pyproject, REPO) == []
+    pyproject["tool"]["setuptools"]["packages"].remove("parity_harness._backends.ggml")
+    assert _packages_missing_from(pyproject, REPO) == ["parity_harness._backends.ggml"]
