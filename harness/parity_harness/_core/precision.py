@@ -55,6 +55,12 @@ def tiers_for(precision: Precision) -> list[Tier]:
     return ["fp32"] if precision == "fp32" else ["fp64", "fp32"]
 
 
+def is_tier(precision: str) -> bool:
+    """True for fp32 and fp64, the golden tiers: the only precisions decoding and the backward are checked in (fp16
+    and bf16 are the forward pass only; a stored format's goldens are of the forward pass on its own weights)."""
+    return precision in TIERS
+
+
 def is_stored(precision: str) -> bool:
     """True for a stored weight format: f16, q8_0, q4_0, q4_k (float32 arithmetic on weights as the format holds)."""
     return precision in STORED

@@ -39,7 +39,7 @@ def run_decoding(
     fixture: Fixture, backends: Sequence[AnyBackend], precisions: list[Precision], progress: Progress | None = None
 ) -> DecodingReport:
     """Decode with every backend that supports it, in every wanted precision it computes in; compare."""
-    from parity_harness._core.precision import is_reduced, tiers_for
+    from parity_harness._core.precision import is_tier, tiers_for
 
     say = progress or (lambda _msg: None)
     causes: dict[tuple[str, str, str, str, int | None, str], str] = {}
@@ -55,7 +55,7 @@ def run_decoding(
             report.not_supported.append(backend.name)
             continue
         for precision in precisions:
-            if precision not in backend.precisions or is_reduced(precision):  # fp16, bf16: the forward pass only
+            if precision not in backend.precisions or not is_tier(precision):  # fp32, fp64 only
                 continue
             say(f"parity: decoding with {backend.name} ({precision}) ...")
             start = time.perf_counter()

@@ -29,7 +29,7 @@ from parity_harness._compare.gradients import (
     judge_training_tiers,
     train_order,
 )
-from parity_harness._core.precision import is_reduced, tiers_for
+from parity_harness._core.precision import is_tier, tiers_for
 from parity_harness._fixture.training import lazy_training
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def run_gradients(fixture: Fixture, backends: Sequence[AnyBackend], precisions: 
         if not trains:
             report.not_training.append(backend.name)
         for precision in precisions:
-            if precision not in backend.precisions or is_reduced(precision):  # the backward: fp32 and fp64
+            if precision not in backend.precisions or not is_tier(precision):  # the backward: fp32 and fp64
                 continue
             say(f"parity: the backward of {backend.name} ({precision}) ...")
             start = time.perf_counter()

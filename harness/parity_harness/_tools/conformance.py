@@ -15,7 +15,7 @@ config and weights, new cases) and returns one `ConformanceResult` per check:
   applies: a backend that declares `runs_graph` (it computes from the fixture's ONNX graph, which
   embeds its weights) is not asked about the weights file, which the harness checks itself before any
   backend runs; it is asked instead to reject a fixture whose manifest lists no ONNX graph;
-- when it says it decodes the fixture (`supports_decoding`): in fp32 and fp64 (fp16 and bf16 are
+- when it says it decodes the fixture (`supports_decoding`): in fp32 and fp64 (fp16, bf16 and the stored formats are
   checked on the forward pass only), a one-token prompt
   decoding its own greedy tokens and a longer prompt fed to the end of the context, each step's cache
   and logits with their shapes, the precision's dtype, and no NaN.
@@ -45,10 +45,11 @@ from parity_harness._backends.boundary import GuardedBackend, decode_output_prob
 from parity_harness._backends.guard import one_line
 from parity_harness._backends.onnx.graph import GRAPHS
 from parity_harness._core.errors import BackendMisbehaved, ParityError
-from parity_harness._core.precision import DTYPES, TIERS, is_reduced
+from parity_harness._core.precision import DTYPES, PRECISIONS, TIERS, is_tier
 from parity_harness._fixture.decoding import DecodeRequest
 from parity_harness._fixture.fixture import MANIFEST, Case, Fixture, load_fixture
 from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
+from parity_harness._run.request import ONNX_FILE_BACKEND
 
 T = TypeVar("T")
 
@@ -166,12 +167,16 @@ def _graph_input_checks(
     """A graph backend (`runs_graph`) computes from the ONNX graph, which embeds its weights: it is not asked
     to read weights.safetensors (the harness checks that file before any backend runs), but to refuse a
     fixture whose manifest lists no graph, with a ParityError (`onnx_file` raises it)."""
+    weights = ConformanceResult("weights file checks", True, "not asked: it runs the fixture's ONNX graph "
+                                "(runs_graph), whose weights the harness checks")
+    if backend.name == ONNX_FILE_BACKEND:  # the graph it runs is the one given to it, not the fixture's
+        return [ConformanceResult("weights file checks", True, "not asked: it runs the graph given to it (--onnx)"),
+                ConformanceResult("rejects a fixture without its ONNX graph", True,
+                                  "not asked: it runs the graph given to it (--onnx), not the fixture's")]
     root = work / "no_graph"
     fixture = _derived_fixture(parent, root, [Case("pair", (0, 1), "bad")], with_onnx=False)
     problem = _expect_parity_error(backend, fixture, precision)
-    return [ConformanceResult("weights file checks", True, "not asked: it runs the fixture's ONNX graph "
-                              "(runs_graph), whose weights the harness checks"),
-            ConformanceResult("rejects a fixture without its ONNX graph", not problem, problem)]
+    return [weights, ConformanceResult("rejects a fixture without its ONNX graph", not problem, problem)]
 
 
 _OUTPUT_CHECKS = (("taps", "returns exactly its declared taps"), ("shapes", "shapes and dtype {dtype}"),
@@ -199,7 +204,7 @@ def _decoding_checks(backend: GuardedBackend, fixture: Fixture) -> list[Conforma
                       tuple((i + 1) % config.vocab_size for i in range(config.n_ctx - len(long_prompt)))),
     ]
     results: list[ConformanceResult] = [supports]
-    for precision in (p for p in backend.precisions if not is_reduced(p)):  # fp16, bf16: no decoding check
+    for precision in (p for p in backend.precisions if is_tier(p)):  # fp32, fp64: the decoding goldens' tiers
         label = f"{precision} decoding"
         ran, out = _guarded_check(f"{label}: runs and returns a dict of arrays by prompt",
                                   lambda p=precision: backend.decoded(fixture, p, requests))  # type: ignore[misc]
@@ -215,8 +220,7 @@ def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[C
     Every call goes through the boundary (parity_harness/_backends/boundary.py), which holds the rules: what
     fails a run fails a check here, with the same line.
     """
-    declared, wrapped = _guarded_check("declares a name, precisions (a non-empty subset of "
-                                       "('fp32', 'fp64', 'fp16', 'bf16')), "
+    declared, wrapped = _guarded_check(f"declares a name, precisions (a non-empty subset of {PRECISIONS}), "
                                        "requires, description and install_hint", lambda: guarded(backend))
     if wrapped is None:
         return [declared]
@@ -229,6 +233,11 @@ def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[C
     results.append(deps)
     if not deps.passed:
         return results
+    declines, why = _guarded_check("declines() returns a reason or None", lambda: backend.declined(fixture))
+    if not declines.passed:
+        return [*results, declines]
+    if why:  # nothing of its contract can be checked on a fixture it does not run on: a usage error, not a FAIL
+        raise ParityError(f"check-backend {backend.name}: it declines the fixture: {why}")
     listed, taps = _guarded_check("supported taps: a subset of the manifest's, in dataflow order",
                                   lambda: backend.taps(fixture))
     if taps is not None:

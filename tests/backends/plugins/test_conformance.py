@@ -42,7 +42,8 @@ def test_numpy_backend_passes_every_check(fixture: Fixture) -> None:
     assert failed(results) == {}
     names = [r.name for r in results]
     for expected in (
-        "declares a name, precisions (a non-empty subset of ('fp32', 'fp64', 'fp16', 'bf16')), requires, "
+        "declares a name, precisions (a non-empty subset of ('fp32', 'fp64', 'fp16', 'bf16', 'f16', 'q8_0', "
+        "'q4_0', 'q4_k')), requires, "
         "description and install_hint",
         "fp16 T=16: shapes and dtype float32",
         "supported taps: a subset of the manifest's, in dataflow order",
