@@ -139,8 +139,8 @@ def test_api_run_checks_decoding_unless_told_not_to(toy: Fixture) -> None:
     ([], "all", "give at least one backend"),
     (NumpyBackend, "all", "pass an instance (NumpyBackend()), not the class"),
     (42, "all", "backend int: expected a registered name or a Backend instance"),
-    ("numpy", "fp8", "unknown precision 'fp8': expected fp32, fp64, fp16, bf16, all"),
-    ("numpy", [], "give at least one of fp32, fp64, fp16, bf16 or all"),
+    ("numpy", "fp8", "unknown precision 'fp8': expected fp32, fp64, fp16, bf16, f16, q8_0, q4_0, q4_k, all"),
+    ("numpy", [], "give at least one of fp32, fp64, fp16, bf16, f16, q8_0, q4_0, q4_k or all"),
 ], ids=["api-unknown-name", "api-twice", "api-none", "api-a-class", "api-not-a-backend", "api-bad-precision",
         "api-no-precision"])
 def test_api_bad_input_is_one_line_parityerror(toy: Fixture, backends: object, precisions: object,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from tests.helpers import assert_one_line_error, rehash, run_cli
+from tests.helpers import TOY, assert_one_line_error, rehash, run_cli
 
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
@@ -132,6 +132,11 @@ def test_bad_fixture_exits_2_with_one_line(
         (("run", "--backends", "nope"), ("unknown backend 'nope'",)),
         (("run", "--backends", ","), ("--backends needs at least one backend name",)),
         (("check-backend", "nope"), ("unknown backend 'nope'",)),
+        (("check-backend", "onnx-file"), ("check-backend onnx-file: it declines the fixture: no graph was given",
+                                         "--onnx FILE")),
+        (("check-backend", "numpy", "--onnx", str(TOY / "model.logits.onnx")),
+         ("--onnx: a graph is checked by the 'onnx-file' backend, not 'numpy'",)),
+        (("check-backend", "onnx-file", "--onnx", "no-such.onnx"), ("no-such.onnx: no such ONNX file (--onnx)",)),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], needles: tuple[str, ...]) -> None:

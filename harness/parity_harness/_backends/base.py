@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, ClassVar
 from parity_harness._core.precision import PRECISIONS, BackendOutput, Precision
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     import numpy as np
 
@@ -78,6 +78,19 @@ def training_spec(fixture: Fixture, backend: str, precision: Precision) -> Train
         if bad:
             raise FixtureError(f"case {name!r}: token id {bad[0]} out of range [0, {vocab_size})")
     return spec
+
+
+def checked_tokens(what: str, tokens: Sequence[int], vocab_size: int, n_ctx: int, consequence: str = "") -> None:
+    """FixtureError naming `what` (a case or a prompt) unless 1 <= len(tokens) <= n_ctx and every id is in range,
+    for a backend whose runtime would not refuse them itself (`consequence`: what it would do instead)."""
+    from parity_harness._core.errors import FixtureError
+
+    if not 1 <= len(tokens) <= n_ctx:
+        raise FixtureError(f"{what}: {len(tokens)} tokens, expected 1 to {n_ctx}")
+    for position, token in enumerate(tokens):
+        if not 0 <= int(token) < vocab_size:
+            raise FixtureError(f"{what}: token id {int(token)} at position {position} out of range [0, {vocab_size})"
+                               + (f" ({consequence})" if consequence else ""))
 
 
 def module_available(name: str) -> bool:

@@ -419,11 +419,15 @@ def cmd_seal(args: argparse.Namespace) -> int:
 
 
 def cmd_check_backend(args: argparse.Namespace) -> int:
+    from parity_harness._run.request import ONNX_FILE_BACKEND, onnx_backend
     from parity_harness._tools.conformance import check_backend
 
     fixture = load_fixture(args.fixture)
-    backends, _, _ = select_backends([args.name])
-    results = check_backend(backends[0], fixture)
+    graph = onnx_backend(args.onnx, args.onnx_map)
+    if graph is not None and args.name != ONNX_FILE_BACKEND:
+        raise ParityError(f"--onnx: a graph is checked by the {ONNX_FILE_BACKEND!r} backend, not {args.name!r}")
+    backend = graph if graph is not None else select_backends([args.name])[0][0]
+    results = check_backend(backend, fixture)
     for r in results:
         print(f"check-backend {args.name}: {'OK  ' if r.passed else 'FAIL'}  {r.name}"
               f"{'' if r.passed or not r.message else ': ' + r.message}")
@@ -660,6 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-backend", help="check a backend's contract (taps, shapes, dtypes, bad input)")
     check.add_argument("name", help="backend name")
     check.add_argument("--fixture", default=str(default_fixture_dir()), help=fixture_help)
+    check.add_argument("--onnx", metavar="FILE", help="with onnx-file: the ONNX graph to check (docs/onnx.md)")
+    check.add_argument("--onnx-map", metavar="MAP", help="with --onnx: a JSON file {tap: tensor name}")
     check.set_defaults(func=cmd_check_backend)
 
     verify_ts = sub.add_parser("verify-ts", help="the Node-only check of ts_model/ (verify-forward.mts), run with "

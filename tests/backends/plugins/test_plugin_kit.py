@@ -33,7 +33,7 @@ pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.t
 
 BUILT_INS = ["numpy", "pytorch", "onnxruntime", "onnxruntime-optimized", "onnx-reference", "typescript",
              "typescript-browser", "onnxruntime-web", "onnxruntime-web-optimized", "onnxruntime-webgpu",
-             "hf-transformers", "openvino", "transformerlens", "torch-compile", "jax"]
+             "hf-transformers", "openvino", "transformerlens", "torch-compile", "jax", "llama-cpp", "onnx-file"]
 
 
 class Perfect(Backend):
@@ -252,6 +252,10 @@ def test_the_list_is_every_registered_built_in() -> None:
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_backend_passes_its_own_kit(name: str) -> None:
     backend = parity_harness._backends.registry.load_backend(name)
+    if name == "onnx-file":  # a user's graph: the toy's own logits graph stands for one (check-backend --onnx)
+        from parity_harness._run.request import onnx_backend
+
+        backend = onnx_backend(TOY / "model.logits.onnx", None)  # type: ignore[assignment]
     why = backend.unavailable()
     if why:
         pytest.skip(why)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.base import Backend, BackendOutput, Precision, checked_tokens
 from parity_harness._backends.onnx.match import TapSource, as_tap, expose_all, match_taps, producers, unit_axes
 from parity_harness._core.errors import BackendFailed, FixtureError, ParityError
 from parity_harness._fixture.fixture import Fixture
@@ -50,7 +50,7 @@ class OnnxFileBackend(Backend):
         self._weights_note = ""
 
     def declines(self, fixture: Fixture) -> str | None:
-        return None if self.given else "no graph was given: parity run --onnx FILE (the API's onnx=)"
+        return None if self.given else "no graph was given (--onnx FILE; the API's onnx=)"
 
     # -- the graph -------------------------------------------------------------------------------------------
 
@@ -182,7 +182,10 @@ class OnnxFileBackend(Backend):
         found = self.sources(fixture)
         session, names, _ = self._session()
         out: BackendOutput = {}
+        config = fixture.config
         for case in fixture.cases:
+            checked_tokens(f"case {case.name!r}", case.tokens, config.vocab_size, config.n_ctx,
+                           "the graph's Gather would fail or read past its embedding table")
             values = self._run_all(session, names, list(case.tokens), case.name)
             taps: dict[str, np.ndarray] = {}
             for tap, source in found.items():

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from parity_harness._backends.base import Backend, BackendOutput, Precision
+from parity_harness._backends.base import Backend, BackendOutput, Precision, checked_tokens
 from parity_harness._backends.onnx.graph import (
     INPUT_NAME,
     Runner,
@@ -33,7 +33,7 @@ from parity_harness._backends.onnx.graph import (
     onnx_file,
     run_cases,
 )
-from parity_harness._core.errors import BackendFailed, FixtureError
+from parity_harness._core.errors import BackendFailed
 
 if TYPE_CHECKING:
     from parity_harness._fixture.decoding import DecodeOutput, DecodeRequest
@@ -51,15 +51,8 @@ CPU_PROPERTIES: dict[str, str] = {
 
 
 def check_tokens(what: str, tokens: Sequence[int], vocab_size: int, n_ctx: int) -> None:
-    """FixtureError naming `what` (a case or a prompt) unless 1 <= len(tokens) <= n_ctx and every id is in range."""
-    if not 1 <= len(tokens) <= n_ctx:
-        raise FixtureError(f"{what}: {len(tokens)} tokens, expected 1 to {n_ctx}")
-    for position, token in enumerate(tokens):
-        if not 0 <= int(token) < vocab_size:
-            raise FixtureError(
-                f"{what}: token id {int(token)} at position {position} out of range [0, {vocab_size}) "
-                "(OpenVINO would read past the embedding table)"
-            )
+    """base.check_tokens, saying what OpenVINO would do with an id out of range."""
+    checked_tokens(what, tokens, vocab_size, n_ctx, "OpenVINO would read past the embedding table")
 
 
 def import_openvino() -> Any:
