@@ -183,6 +183,55 @@ def test_a_torchscript_export_is_mapped_by_value_and_passes(tmp_path: Path) -> N
     assert len(found) >= 36 and set(found) >= {"blocks.0.attn.hook_z", "blocks.1.mlp.hook_post", "logits"}
 
 
+@pytest.mark.full  # a checkpoint, --from-hf, and two torch.onnx.export(dynamo=True) of transformers' GPT-2: ~40 s
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_a_users_export_of_a_hugging_face_checkpoint_passes(tmp_path: Path, attention: str) -> None:
+    """Issue 41: the same works for a user's ONNX export of a checkpoint imported with --from-hf. transformers masks
+    with float32's min, not -inf (read as the mask: match.read_mask); its sdpa graph scales q and k by the square
+    root of 1/sqrt(d_head) each; the exporter folds the zero biases. 34 taps: a fused LayerNormalization leaves no
+    hook_scale."""
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2, n_inner=64)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "ckpt", safe_serialization=True)
+    proc = run_cli("export", "--from-hf", str(tmp_path / "ckpt"), "--fixture", str(tmp_path / "fixture"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    model = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ckpt", attn_implementation=attention).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids: object) -> object:
+            return self.inner(input_ids=input_ids, use_cache=False).logits
+
+    path = tmp_path / f"{attention}.onnx"
+    torch.onnx.export(Logits(), (torch.arange(8).reshape(1, 8),), str(path), input_names=["input_ids"],
+                      output_names=["logits"], opset_version=18, dynamo=True, external_data=False,
+                      dynamic_shapes={"input_ids": {1: torch.export.Dim("T", min=1, max=16)}})
+    report = api.run(None, tmp_path / "fixture", "fp32", onnx=path)
+    assert report.passed, api.render(report, "text")
+    found = {t for t, text in report.sources["onnx-file"].items() if text}
+    assert len(found) >= 34 and {"blocks.0.attn.hook_attn_scores", "blocks.1.mlp.hook_post", "logits"} <= found
+    assert "non-constant weight tensors; its 4 constant ones (all 0)" in api.render(report, "text")
+
+
+def test_a_mask_sentinel_is_read_as_the_mask_and_a_wrong_mask_still_fails() -> None:
+    from parity_harness._backends.onnx.match import read_mask
+
+    golden = np.array([[0.5, -np.inf], [0.25, 0.75]], dtype=np.float32)  # (query, key): the causal mask
+    sentinel = np.array([[0.5, np.finfo(np.float32).min], [0.25, 0.75]], dtype=np.float32)
+    assert np.array_equal(read_mask("blocks.0.attn.hook_attn_scores", sentinel), golden)
+    assert np.array_equal(read_mask("blocks.0.attn.hook_attn_scores", np.where(golden < 0, -1e4, golden)), golden)
+    assert read_mask("blocks.0.attn.hook_q", sentinel)[0, 1] == np.finfo(np.float32).min  # other taps as they are
+    missing = np.array([[0.5, 0.1], [0.25, 0.75]], dtype=np.float32)  # no mask: finite where the golden is -inf
+    assert np.isfinite(read_mask("blocks.0.attn.hook_attn_scores", missing)[0, 1])
+    shifted = np.array([[0.5, 0.1], [np.finfo(np.float32).min, 0.75]], dtype=np.float32)
+    assert np.isneginf(read_mask("blocks.0.attn.hook_attn_scores", shifted)[1, 0])  # -inf where the golden is finite
+
+
 def test_a_node_off_its_float64_recomputation_is_named_as_the_runtimes_kernel() -> None:
     from parity_harness._backends.onnx.localize import locate, run_exposed
 

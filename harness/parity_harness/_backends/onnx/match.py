@@ -95,6 +95,22 @@ def as_tap(value: np.ndarray, shape: tuple[int, ...], permutation: tuple[int, ..
     return np.transpose(squeezed, permutation).reshape(shape)
 
 
+MASK_SENTINEL = -1e4  # at or below it, a masked score: -1e4 (the original GPT-2's), float32's min (transformers')
+MASKED_TAP = "hook_attn_scores"  # the one tap whose golden holds -inf (the causal mask's cells)
+
+
+def read_mask(tap: str, value: np.ndarray) -> np.ndarray:
+    """A graph's scores with the mask as the model defines it: a cell at or below `MASK_SENTINEL` read as -inf.
+
+    Exporters mask with a large finite negative instead of -inf (transformers adds float32's min); softmax gives
+    both exactly 0. Read this way, a missing or shifted mask still fails: its cells are finite where the golden is
+    -inf, or -inf where the golden is finite (an infinity mismatch)."""
+    if not tap.endswith(MASKED_TAP):
+        return value
+    with np.errstate(invalid="ignore"):
+        return np.where(value <= MASK_SENTINEL, np.float32(-np.inf), value).astype(value.dtype, copy=False)
+
+
 def _permutations(value: np.ndarray) -> list[tuple[int, ...]]:
     ndim = value.ndim - len(unit_axes(value))
     return list(itertools.permutations(range(ndim))) if ndim <= 4 else [tuple(range(ndim))]
@@ -107,7 +123,7 @@ def scored(candidate: np.ndarray, golden: np.ndarray) -> tuple[bool, float]:
     candidate = np.asarray(candidate, dtype=np.float64)
     finite = np.isfinite(golden)
     masked = np.isneginf(golden)
-    holds_mask = bool(not masked.any() or np.all(candidate[masked] <= -1e4))
+    holds_mask = bool(not masked.any() or np.all(candidate[masked] <= MASK_SENTINEL))
     if not np.all(np.isfinite(candidate[finite])):
         return holds_mask, float("inf")
     return holds_mask, float(np.max(np.abs(candidate[finite] - golden[finite]))) if finite.any() else 0.0

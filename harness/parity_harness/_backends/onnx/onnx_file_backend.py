@@ -21,7 +21,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from parity_harness._backends.base import Backend, BackendOutput, Precision, checked_tokens
-from parity_harness._backends.onnx.match import TapSource, as_tap, expose_all, match_taps, producers, unit_axes
+from parity_harness._backends.onnx.match import (
+    TapSource,
+    as_tap,
+    expose_all,
+    match_taps,
+    producers,
+    read_mask,
+    unit_axes,
+)
 from parity_harness._core.errors import BackendFailed, FixtureError, ParityError
 from parity_harness._fixture.fixture import Fixture
 
@@ -194,7 +202,7 @@ class OnnxFileBackend(Backend):
                 if read is None:
                     raise BackendFailed(f"{self.path}: case {case.name!r}: tensor {source.tensor!r} "
                                         f"{values[source.tensor].shape} cannot be read as {tap}")
-                taps[tap] = np.ascontiguousarray(read, dtype=np.float32)
+                taps[tap] = np.ascontiguousarray(read_mask(tap, read), dtype=np.float32)
             out[case.name] = taps
         return out
 
@@ -222,11 +230,19 @@ def _weights_held(model: Any, fixture: Fixture) -> str:
     held |= {np.ascontiguousarray(np.asarray(numpy_helper.to_array(t), dtype=np.float32).T).tobytes()
              for t in model.graph.initializer if len(t.dims) == 2}
     weights = fixture.weights()
-    same = sum(1 for w in weights.values() if np.ascontiguousarray(w).tobytes() in held)
-    if same == len(weights):
+    missing = [name for name, w in weights.items() if np.ascontiguousarray(w).tobytes() not in held]
+    if not missing:
         return f"holds every one of the fixture's {len(weights)} weight tensors"
-    return (f"holds {same} of the fixture's {len(weights)} weight tensors bit for bit: its weights differ "
-            "(compared all the same)")
+    # An exporter folds a constant tensor (a bias of zeros) into its node, or shares one initializer among equal
+    # ones: such a tensor is not evidence of other weights (nor checked).
+    constant = [name for name in missing if np.ptp(weights[name]) == 0]
+    if len(constant) == len(missing):
+        values = sorted({float(weights[name].flat[0]) for name in constant})
+        return (f"holds every one of the fixture's {len(weights) - len(constant)} non-constant weight tensors; "
+                f"its {len(constant)} constant ones (all {', '.join(f'{v:g}' for v in values)}) are not stored as "
+                "such (an exporter folds them)")
+    return (f"holds {len(weights) - len(missing)} of the fixture's {len(weights)} weight tensors bit for bit: its "
+            f"weights differ, {missing[0]} the first (compared all the same)")
 
 
 def _first(exc: BaseException) -> str:
