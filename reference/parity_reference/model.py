@@ -89,7 +89,9 @@ def attention(
     _record(taps, f"{name}.hook_k", k)
     _record(taps, f"{name}.hook_v", v)
     qh, kh, vh = q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2)  # (H, T, dh) each
-    scores = (qh @ kh.transpose(-2, -1)) / math.sqrt(dh)  # (H, T, T): query i, key j
+    # q scaled before the product: in fp16 the product q.k can pass 65,504 where the scaled score does not (the
+    # same bits in fp32 and fp64 when sqrt(d_head) is a power of two, as for d_head 4, 16, 64, 256).
+    scores = (qh / math.sqrt(dh)) @ kh.transpose(-2, -1)  # (H, T, T): query i, key j
     if config.causal:
         future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(diagonal=1)  # (T, T): j > i
         scores = scores.masked_fill(future, float("-inf"))  # (H, T, T)
@@ -304,7 +306,7 @@ def attention_step(
     q_heads = q.reshape(1, H, dh).transpose(0, 1)  # (H, 1, dh)
     keys = torch.cat([cache_k, k.reshape(1, H, dh).transpose(0, 1)], dim=-2)  # (H, T + 1, dh): appended, then read
     values = torch.cat([cache_v, v.reshape(1, H, dh).transpose(0, 1)], dim=-2)  # (H, T + 1, dh)
-    step_scores = (q_heads @ keys.transpose(-2, -1)) / math.sqrt(dh)  # (H, 1, T + 1): the query, every key
+    step_scores = (q_heads / math.sqrt(dh)) @ keys.transpose(-2, -1)  # (H, 1, T + 1): the query (scaled), every key
     if config.causal:
         after = torch.arange(pos + 1, device=x.device) > pos  # (T + 1,): keys after the query's position (none)
         step_scores = step_scores.masked_fill(after, float("-inf"))  # (H, 1, T + 1)

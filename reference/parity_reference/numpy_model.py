@@ -91,7 +91,7 @@ def attention(
     v = v.reshape(T, H, dh)  # (T, H, dh)
     taps[f"{name}.hook_q"], taps[f"{name}.hook_k"], taps[f"{name}.hook_v"] = q, k, v
     qh, kh, vh = q.transpose(1, 0, 2), k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # (H, T, dh) each
-    scores = (qh @ kh.transpose(0, 2, 1)) / x.dtype.type(math.sqrt(dh))  # (H, T, T): query i, key j
+    scores = (qh / x.dtype.type(math.sqrt(dh))) @ kh.transpose(0, 2, 1)  # (H, T, T): query i (scaled first), key j
     if config.causal:
         future = np.triu(np.ones((T, T), dtype=bool), k=1)  # (T, T): key j > query i
         scores[:, future] = -np.inf  # (H, T, T): no peeking at the future
@@ -203,7 +203,7 @@ def attention_step(
     q_heads = q.reshape(1, H, dh).transpose(1, 0, 2)  # (H, 1, dh)
     keys = np.concatenate([cache_k, k.reshape(1, H, dh).transpose(1, 0, 2)], axis=1)  # (H, T + 1, dh)
     values = np.concatenate([cache_v, v.reshape(1, H, dh).transpose(1, 0, 2)], axis=1)  # (H, T + 1, dh)
-    step_scores = (q_heads @ keys.transpose(0, 2, 1)) / x.dtype.type(math.sqrt(dh))  # (H, 1, T + 1)
+    step_scores = (q_heads / x.dtype.type(math.sqrt(dh))) @ keys.transpose(0, 2, 1)  # (H, 1, T + 1)
     if config.causal:
         after = np.arange(pos + 1) > pos  # (T + 1,): keys after the query's position (none)
         step_scores[:, :, after] = -np.inf  # (H, 1, T + 1)
