@@ -3,7 +3,8 @@ of computing do not (parity_harness/_authoring/fp16_stress.py, docs/tolerances.m
 
 - fast: its weights are seeded and carry what the module doc claims (squares that fit fp16 and sums of squares that
   do not, every logit's first term 2 exact, the later terms under half a bf16 ulp of it, rows whose softmax sums
-  pass 2,048), computed from the weights by the float64 NumPy reference;
+  pass 2,048, an attention sink whose q.k passes 65,504 before the scale while every scaled score fits), computed
+  from the weights by the float64 NumPy reference;
 - full: every backend that declares fp16 or bf16 passes it in both (`parity run --precision fp16,bf16`, exit 0).
 """
 
@@ -65,6 +66,20 @@ def test_every_logit_starts_with_an_exact_2_and_its_other_terms_are_under_half_a
     assert bool(np.allclose(ln @ wte.T, logits, rtol=0, atol=1e-12))
     lost = ln[:, 3:] @ wte[:, 3:].T  # (T, V): what a running bf16 sum drops
     assert float(np.min(lost)) > 0.25 * float(np.max(np.abs(logits)))  # past bf16's tolerance, 32 eps M = 25% of M
+
+
+def test_the_sinks_product_passes_65504_before_the_scale_and_its_scaled_score_fits(
+        taps: dict[str, np.ndarray]) -> None:
+    q, k = taps["blocks.0.attn.hook_q"], taps["blocks.0.attn.hook_k"]  # (T, H, dh) each
+    product = np.einsum("ihe,jhe->hij", q, k)  # (H, T, T): q.k before the 1/sqrt(d_head) scale
+    scores = taps["blocks.0.attn.hook_attn_scores"]  # (H, T, T)
+    # every later query's product with key 0, in head 0 (query 0's own is ~58,000: its LayerNorm spreads over the sink)
+    assert float(np.min(product[0, 1:, 0])) > FP16_MAX
+    assert float(np.max(np.abs(scores[np.isfinite(scores)]))) < FP16_MAX / 8  # scaled (1/16), every score fits
+    later = np.tril(np.ones_like(scores[0], dtype=bool), k=-1)[:, 1:]  # (T, T - 1): keys 1.. that a query sees
+    assert float(np.max(np.abs(scores[0, :, 1:][later]))) < 16  # the other keys: far below the sink's ~4,460
+    assert bool(np.allclose(taps["blocks.0.attn.hook_pattern"][0, :, 0], 1.0, rtol=0, atol=1e-12))  # one-hot
+    assert float(np.max(np.abs(product[1]))) < FP16_MAX  # head 1 has no sink
 
 
 def test_every_softmax_row_sums_past_where_a_running_fp16_sum_stops(taps: dict[str, np.ndarray]) -> None:

@@ -199,7 +199,7 @@ def test_a_users_export_of_a_hugging_face_checkpoint_passes(tmp_path: Path, atte
     assert proc.returncode == 0, proc.stderr[-2000:]
     model = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ckpt", attn_implementation=attention).eval()
 
-    class Logits(torch.nn.Module):
+    class Logits(torch.nn.Module):  # type: ignore[name-defined,misc]  # torch from importorskip
         def __init__(self) -> None:
             super().__init__()
             self.inner = model

@@ -2,9 +2,10 @@
 precision, each NOT caught when the same code runs in fp32 and fp64 on the fp16-stress fixture, and caught in its
 reduced precision at its tap with its cause named from the numbers (parity_harness/_compare/gpt2_causes.py).
 
-- fast: the three cause patterns on numbers made here (a sum of squares past 65,504, a softmax normalizer replayed
-  as a running fp16 sum, logits replayed as a running bf16 sum over d): each named where it fits, and not for a
-  random error of the same size, nor in a precision where it cannot happen;
+- fast: the four cause patterns on numbers made here (a sum of squares past 65,504, a softmax normalizer replayed
+  as a running fp16 sum, logits replayed as a running bf16 sum over d, scores whose product q.k passes 65,504
+  before the scale): each named where it fits, and not for a random error of the same size, nor in a precision
+  where it cannot happen;
 - full: the selftest on the exported fixture (`parity selftest --only ...`): each mutant invisible in fp32 and fp64,
   caught in fp16 or bf16 at its tap, with the judge's cause and the likely cause.
 """
@@ -21,6 +22,7 @@ from parity_harness._compare.diagnose import diagnose
 from parity_harness._compare.gpt2_causes import (
     LN_SQUARES_OVERFLOW,
     LOGITS_ACCUMULATED,
+    SCORES_PRODUCT_OVERFLOW,
     SOFTMAX_ACCUMULATED,
     round_to,
 )
@@ -37,6 +39,7 @@ EXPECTED = {
     "py-fs-ln-one-pass-sum": ("fp16", "blocks.0.ln1.hook_scale", "overflow", LN_SQUARES_OVERFLOW),
     "py-fs-softmax-dtype-sum": ("fp16", "probs", "tolerance", f"{SOFTMAX_ACCUMULATED} float16"),
     "py-fs-logits-dtype-sum": ("bf16", "logits", "tolerance", f"{LOGITS_ACCUMULATED} bfloat16"),
+    "py-fs-scores-scaled-after": ("fp16", "blocks.0.attn.hook_attn_scores", "overflow", SCORES_PRODUCT_OVERFLOW),
 }
 
 
@@ -47,7 +50,7 @@ def _named(actual: np.ndarray, golden: np.ndarray, tap: str, precision: str, con
     return diagnose(actual, golden, "fp64", atol=atol, rtol=0.0, context=ctx)
 
 
-def test_the_catalog_holds_the_three_with_their_precision_and_tap() -> None:
+def test_the_catalog_holds_the_four_with_their_precision_and_tap() -> None:
     assert {m.name: (m.precision, m.expected_tap) for m in FP16_STRESS} == {
         name: (p, tap) for name, (p, tap, _, _) in EXPECTED.items()}
     assert all(m.caught_on == "fp16-stress" and m.target == "reference" and not m.fp64_only for m in FP16_STRESS)
@@ -128,9 +131,31 @@ def test_logits_summed_in_bf16_are_named_and_a_random_error_is_not() -> None:
                                                                      weights))
 
 
+def test_scores_whose_product_passes_65504_before_the_scale_are_named_in_fp16_only() -> None:
+    config = GPTConfig(vocab_size=8, n_ctx=4, d_model=512, n_layer=1, n_head=2, d_mlp=32, positions="learned")
+    rng = np.random.default_rng(6)
+    scores = rng.standard_normal((2, 4, 4))  # (H, T, T): scaled by 1/sqrt(256) = 1/16
+    scores[0, 1:, 0] = 4460.0  # a sink: q.k = 71,360 before the scale, past 65,504; the scaled score fits
+    scores[np.broadcast_to(np.triu(np.ones((4, 4), dtype=bool), k=1), scores.shape)] = -np.inf
+    tap = "blocks.0.attn.hook_attn_scores"
+    mutant = scores.copy()
+    mutant[0, 1:, 0] = np.inf  # the product in fp16: inf before the scale
+    named = _named(mutant, scores, tap, "fp16", config, {})
+    assert named and named[0].startswith(SCORES_PRODUCT_OVERFLOW) and "71360 > 65504" in named[0], named
+    assert not any(c.startswith(SCORES_PRODUCT_OVERFLOW) for c in _named(mutant, scores, tap, "bf16", config, {}))
+    small = scores.copy()
+    small[0, 1:, 0] = 100.0  # a product of 1,600 fits: an inf there is another bug
+    inf_small = small.copy()
+    inf_small[0, 1:, 0] = np.inf
+    assert not any(c.startswith(SCORES_PRODUCT_OVERFLOW) for c in _named(inf_small, small, tap, "fp16", config, {}))
+    off = scores.copy()
+    off[0, 1:, 0] = 4000.0  # finite and wrong: not an overflow
+    assert not any(c.startswith(SCORES_PRODUCT_OVERFLOW) for c in _named(off, scores, tap, "fp16", config, {}))
+
+
 @pytest.mark.full
 def test_each_is_invisible_in_fp32_and_caught_in_its_precision_with_its_cause(tmp_path: Path) -> None:
-    """`parity selftest --only` the three: it makes the fp16-stress fixture (seed 0) and runs each in fp32 and fp64
+    """`parity selftest --only` the four: it makes the fp16-stress fixture (seed 0) and runs each in fp32 and fp64
     (every comparison passes) and in its precision (caught at its tap, its cause named)."""
     out = tmp_path / "selftest.json"
     proc = run_cli("selftest", "-q", "--only", ",".join(EXPECTED), "--json", str(out), timeout=600)
@@ -148,7 +173,7 @@ def test_each_is_invisible_in_fp32_and_caught_in_its_precision_with_its_cause(tm
         assert row["cause"] == cause, row
         assert row["likely_cause"].startswith(likely), row
     assert report["totals"]["fp16_stress_caught_at_tap_invisible_in_fp32"] == len(EXPECTED)
-    assert "fp16-stress mutants caught in their precision at their tap, invisible in fp32 and fp64: 3/3" in proc.stdout
+    assert "fp16-stress mutants caught in their precision at their tap, invisible in fp32 and fp64: 4/4" in proc.stdout
     assert "control (reference, unpatched, fp16-stress, fp16/bf16/fp32/fp64): pass" in proc.stdout
-    # --only three mutants: the whole catalog's rule of 3 fp64-only mutants is the only failure
+    # --only four mutants: the whole catalog's rule of 3 fp64-only mutants is the only failure
     assert [w for w in report["failures"] if "fp64 tier alone" not in w] == [], report["failures"]

@@ -62,6 +62,7 @@ CLASS: dict[str, str] = {
     "py-fs-ln-one-pass-sum": "overflow in the LayerNorm's sum of squares",
     "py-fs-softmax-dtype-sum": "softmax sum accumulated in float16",
     "py-fs-logits-dtype-sum": "logits accumulated in bfloat16",
+    "py-fs-scores-scaled-after": "overflow in q.k before the 1/sqrt(d_head) scale",
     "llama-rope-pairing": "RoPE pairing swapped",
     "llama-rope-base": "RoPE base",
     "llama-gqa-repeat": "grouped-query heads repeated",

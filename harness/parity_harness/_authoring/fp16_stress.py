@@ -4,7 +4,7 @@ The toy-stress fixture is beyond fp16 and bf16 by construction (a residual strea
 This one stays inside fp16's range (largest finite 65,504) so that an honest port passes in fp16 and bf16, and is
 built, deliberately, so that the ways of computing that leave the range, or accumulate in the precision, do not.
 GPT-2's shape at V 4,096, d 512, 2 blocks of 2 heads, d_mlp 64, context 16; GPT-2's initialization
-(`presets.init_weights`, the seed), then three changes:
+(`presets.init_weights`, the seed), then four changes:
 
 - **Outlier dims of the residual stream.** +`OUTLIER` on dim 1 and -`OUTLIER` on dim 2 of every row of `wpe` (the
   learned positions): every LayerNorm's input carries +-250 there, so its squares are at most ~62,500 (under
@@ -20,11 +20,14 @@ GPT-2's shape at V 4,096, d 512, 2 blocks of 2 heads, d_mlp 64, context 16; GPT-
 - **A flat vocabulary of `VOCAB`.** The logits of a row lie within 0.05 of each other, so every probability is
   ~1/4,096 and a softmax's normalizer ~4,000, past 2,048 where a running fp16 sum stops (its ulp is 2 there: adding
   ~1 rounds away).
-
-What is not in it: scores whose product q.k overflows before the 1/sqrt(d_head) scale. The reference, transformers'
-GPT-2 and the exported graph all compute (q @ k^T) / sqrt(d_head) (transformers: `matmul(q, k^T) * scaling`), the
-overflow-prone way itself: such a fixture overflows in every honest fp16 backend (docs/tolerances.md, "The
-fp16-stress fixture").
+- **An attention sink whose product q.k passes 65,504 before the scale.** +`SINK` on dim 3 of wpe's row 0 (the
+  first position only), and block 0's c_attn maps dim 1 (the +250 of every position) to head 0's first query
+  dimension and dim 3 to its first key dimension, each with weight `QK_GAIN` (18.5): every later query's product
+  with key 0 is ~71,360, past 65,504 (query 0's own, ~58,000), while its scaled score (1/sqrt(d_head) = 1/16)
+  is ~4,460 and the other keys' are under 7: head 0 attends to key 0 alone (a one-hot pattern, as attention
+  sinks in trained models). Scaling q before the product (the reference, parity's graphs) keeps every value in
+  range, with the same bits in fp32 and fp64 (a power of two); a product computed in fp16 first is inf there.
+  ln_f's gain on dim 3 is 0, so the sink leaves the logits' terms as they are below.
 
 Not committed (about 23 MB without the ONNX graphs, 56 MB with them): `parity export --preset fp16-stress --fixture
 DIR`, seeded, the same on every machine; the selftest makes it in its temporary directory without the graphs
@@ -43,13 +46,16 @@ D_MODEL = 512  # a logit is a sum of 512 terms: enough for a running bf16 sum to
 CONFIG = GPTConfig(vocab_size=VOCAB, n_ctx=16, d_model=D_MODEL, n_layer=2, n_head=2, d_mlp=64, positions="learned")
 LENGTHS = (1, 5, 16)  # one case per length, as the probe
 OUTLIER = 250.0  # wpe dim 1 gets +250, dim 2 -250 at every position
+SINK, QK_GAIN = 250.0, 18.5  # wpe[0, 3] += 250; block 0's c_attn: dim 1 -> q[head 0, 0], dim 3 -> k[head 0, 0]
 LEAD_BIAS, LEAD_WTE = 16.0, 0.125  # ln_f dim 0: gain 0, bias 16; wte dim 0: 0.125 (every logit's first term is 2)
 TERM_BIAS, TERM_WTE, TERM_SPREAD = 1.0, 0.003, 0.25  # ln_f dims 1..d-1: bias 1; wte there 0.003 x (1 + 0.25 u)
-WHAT = ("+-250 outlier dims (fp16 squares fit, their sum does not), a flat vocabulary of 4,096, logits of 512 "
-        "positive terms after a first one of 2: where overflow and accumulation in fp16 and bf16 show")
+WHAT = ("+-250 outlier dims (fp16 squares fit, their sum does not), an attention sink whose q.k passes 65,504 "
+        "before the scale, a flat vocabulary of 4,096, logits of 512 positive terms after a first one of 2: where "
+        "overflow and accumulation in fp16 and bf16 show")
 WEIGHTS_NOTE = ("parity_harness._authoring.presets.init_weights: N(0, 0.02), residual projections 0.02/sqrt(2 "
                 f"n_layer), PCG64(seed); then parity_harness._authoring.fp16_stress.stress_weights: wpe dims 1, 2 "
-                f"+-{OUTLIER:g}; "
+                f"+-{OUTLIER:g}; wpe[0, 3] +{SINK:g}; h.0.attn.c_attn.weight[1, 0] and [3, d] {QK_GAIN:g}, "
+                "ln_f dim 3 gain 0; "
                 f"ln_f dim 0 gain 0, bias {LEAD_BIAS:g}, other dims bias {TERM_BIAS:g}; wte dim 0 {LEAD_WTE:g}, "
                 f"other dims {TERM_WTE:g} x (1 + {TERM_SPREAD:g} u), u ~ U[0, 1) from PCG64(seed + 2)")
 
@@ -59,6 +65,10 @@ def stress_weights(weights: dict[str, np.ndarray], seed: int) -> dict[str, np.nd
     calls this through `Preset.build`), changed in place as the module doc says."""
     weights["wpe.weight"][:, 1] += np.float32(OUTLIER)  # (n_ctx,)
     weights["wpe.weight"][:, 2] -= np.float32(OUTLIER)  # (n_ctx,)
+    weights["wpe.weight"][0, 3] += np.float32(SINK)  # position 0 only: the key every query finds
+    weights["h.0.attn.c_attn.weight"][1, 0] = np.float32(QK_GAIN)  # q[head 0, 0] <- dim 1 (+250 everywhere)
+    weights["h.0.attn.c_attn.weight"][3, D_MODEL] = np.float32(QK_GAIN)  # k[head 0, 0] <- dim 3 (the sink)
+    weights["ln_f.weight"][3] = np.float32(0.0)  # the sink's dim out of the logits
     weights["ln_f.weight"][0] = np.float32(0.0)
     weights["ln_f.bias"][0] = np.float32(LEAD_BIAS)
     weights["ln_f.bias"][1:] = np.float32(TERM_BIAS)  # (d - 1,)
@@ -68,4 +78,4 @@ def stress_weights(weights: dict[str, np.ndarray], seed: int) -> dict[str, np.nd
     return weights
 
 
-__all__ = ["CONFIG", "LEAD_BIAS", "LEAD_WTE", "OUTLIER", "PRESET", "VOCAB", "stress_weights"]
+__all__ = ["CONFIG", "LEAD_BIAS", "LEAD_WTE", "OUTLIER", "PRESET", "QK_GAIN", "SINK", "VOCAB", "stress_weights"]

@@ -71,7 +71,7 @@ import numpy as np
 from parity_harness._backends.base import Backend, BackendOutput, Precision, training_spec
 from parity_harness._backends.quiet import silenced
 from parity_harness._core.errors import FixtureError
-from parity_harness._core.precision import is_stored
+from parity_harness._core.precision import is_reduced, is_stored
 
 if TYPE_CHECKING:
     import torch
@@ -88,9 +88,11 @@ UNEXPOSED = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hoo
 GPT2_EOS = 50256  # GPT2Config's default bos_token_id and eos_token_id
 
 
-def hf_config(config: GPTConfig) -> Any:
+def hf_config(config: GPTConfig, upcast_attention: bool = False) -> Any:
     """transformers' GPT2Config for a parity config: eager attention, the config's activation ("gelu", the exact
-    GELU, or "gelu_new"; transformers' names are parity's), no dropout, tied."""
+    GELU, or "gelu_new"; transformers' names are parity's), no dropout, tied. `upcast_attention` (fp16 and bf16):
+    transformers' `reorder_and_upcast_attn`, its scores and softmax in float32 with q.k scaled inside the product,
+    its own remedy for q.k overflowing fp16 before the scale (docs/backends.md)."""
     from transformers import GPT2Config
 
     special = GPT2_EOS if config.vocab_size > GPT2_EOS else None  # GPT-2's <|endoftext|>, if the vocabulary has it
@@ -99,7 +101,7 @@ def hf_config(config: GPTConfig) -> Any:
         n_head=config.n_head, n_inner=config.d_mlp, activation_function=config.activation,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=config.ln_eps,
         tie_word_embeddings=True, scale_attn_weights=True, use_cache=False,
-        bos_token_id=special, eos_token_id=special,
+        bos_token_id=special, eos_token_id=special, reorder_and_upcast_attn=upcast_attention,
     )
     cfg._attn_implementation = "eager"
     return cfg
@@ -130,7 +132,7 @@ def hf_model(weights: dict[str, np.ndarray], config: GPTConfig, precision: Preci
     # an un-typed tensor it made meanwhile would be float64. The dtype is recorded as config.dtype, as
     # from_config records it.
     with silenced(("transformers",)), torch.device("meta"):
-        model = cast(Any, AutoModelForCausalLM).from_config(hf_config(config)).to(dtype)
+        model = cast(Any, AutoModelForCausalLM).from_config(hf_config(config, is_reduced(precision))).to(dtype)
     model.config.dtype = dtype
     model.load_state_dict(state, strict=False, assign=True)
     model.lm_head.weight = model.transformer.wte.weight  # tied embeddings

@@ -48,6 +48,7 @@ UNTIED_OUTPUT = "untied output layer"
 LN_SQUARES_OVERFLOW = "overflow in the LayerNorm's sum of squares"
 SOFTMAX_ACCUMULATED = "softmax sum accumulated in"  # + " float16" or " bfloat16"
 LOGITS_ACCUMULATED = "logits accumulated in"  # + " float16" or " bfloat16"
+SCORES_PRODUCT_OVERFLOW = "overflow in q.k before the 1/sqrt(d_head) scale"
 HALF_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
 ACCUMULATION_BUDGET = 5e8  # multiply-adds a replayed running sum may cost (rows x V x d at the logits)
 
@@ -318,6 +319,24 @@ def _ln_squares_overflow(a: np.ndarray, b: np.ndarray, bad: np.ndarray, ctx: Tap
             "or a running sum)"]
 
 
+def _scores_product_overflow(a: np.ndarray, b: np.ndarray, bad: np.ndarray, ctx: TapContext) -> list[str]:
+    """fp16: every failing score is inf or NaN where the golden score is finite and fits, but the golden times
+    sqrt(d_head), the product q.k before its scale, is past 65,504: q @ k^T computed in float16, then scaled."""
+    if ctx.precision != "fp16" or not bad.any() or not bool(np.all(~np.isfinite(a[bad]))):
+        return []
+    cfg = _gpt(ctx)
+    root = math.sqrt(cfg.d_model // cfg.n_head)
+    limit = float(np.finfo(np.float16).max)
+    golden = b[bad]
+    if not bool(np.all(np.isfinite(golden))) or not bool(np.all(np.abs(golden) * root > limit)) or \
+            float(np.max(np.abs(golden))) > limit:
+        return []
+    return [f"{SCORES_PRODUCT_OVERFLOW}: inf exactly where the product q.k reaches "
+            f"{float(np.max(np.abs(golden)) * root):.6g} > {limit:g} while the scaled score, "
+            f"{float(np.max(np.abs(golden))):.6g}, fits: q @ k^T computed in float16, then scaled (scale q, or k, "
+            "first)"]
+
+
 def _softmax_accumulated(a: np.ndarray, b: np.ndarray, bad: np.ndarray, atol: float, rtol: float,
                          ctx: TapContext) -> list[str]:
     """fp16 or bf16: a softmax whose normalizer is a running sum in the precision, replayed from the golden's own
@@ -377,6 +396,7 @@ def known_bugs(a: np.ndarray, b: np.ndarray, bad: np.ndarray, dtype: np.dtype, a
     elif tap.endswith(".hook_normalized"):
         checks.append(lambda: _ln_normalized(a, b, bad, atol, rtol, ctx))
     elif tap.endswith("attn.hook_attn_scores"):
+        checks.append(lambda: _scores_product_overflow(a, b, bad, ctx))
         checks.append(lambda: _scores(a, b, bad, atol, rtol, ctx))
     elif tap.endswith("attn.hook_pattern") or tap == "probs" or tap.startswith("logit_lens."):
         checks.append(lambda: _softmax_accumulated(a, b, bad, atol, rtol, ctx))

@@ -215,8 +215,8 @@ _PY_LOGITS_DTYPE_SUM = '''    w = params["wte.weight"]  # (V, d)
 
 FP16_STRESS: tuple[Mutant, ...] = (
     _py("py-fs-ln-one-pass-sum", ((_PY_LN_VAR, "var = (x * x).sum(dim=-1, keepdim=True) / x.shape[-1] - mean * mean"),),
-        "LayerNorm variance in one pass, sum(x^2) / d - mean^2: the sum of squares stored in the dtype, 125,500 > "
-        "65,504 in fp16 (each square, 62,500, fits)", "blocks.0.ln1.hook_scale", caught_on="fp16-stress",
+        "LayerNorm variance in one pass, sum(x^2) / d - mean^2: the sum of squares stored in the dtype, 125,000 to "
+        "187,500 > 65,504 in fp16 (each square, 62,500, fits)", "blocks.0.ln1.hook_scale", caught_on="fp16-stress",
         precision="fp16"),
     _py("py-fs-softmax-dtype-sum", (
         ("def gelu(", _PY_SOFTMAX_DTYPE_SUM),
@@ -230,6 +230,11 @@ FP16_STRESS: tuple[Mutant, ...] = (
     _py("py-fs-logits-dtype-sum", ((_PY_LOGITS, _PY_LOGITS_DTYPE_SUM),),
         "the logits' product ln @ wte^T as a running sum over d in the dtype: in bf16 every term after the first "
         "(2) is under half an ulp and lost", "logits", caught_on="fp16-stress", precision="bf16"),
+    _py("py-fs-scores-scaled-after", (("scores = (qh / math.sqrt(dh)) @ kh.transpose(-2, -1)",
+                                       "scores = (qh @ kh.transpose(-2, -1)) / math.sqrt(dh)"),),
+        "scores scaled after the product, (q @ k^T) / sqrt(d_head): in fp16 the sink's product, ~71,360, is inf "
+        "before the scale (its scaled score, ~4,460, fits)", "blocks.0.attn.hook_attn_scores",
+        caught_on="fp16-stress", precision="fp16"),
 )
 
 MUTANTS: tuple[Mutant, ...] = (
