@@ -72,17 +72,19 @@ def _rehash(root: Path) -> None:
 def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case], with_onnx: bool = True) -> Fixture:
     """A fixture with `parent`'s config, weights, tolerances and ONNX files (unless not `with_onnx`), and these
     cases."""
-    from parity_reference.numpy_model import forward
+    from parity_harness._fixture.model_spec import family
 
+    forward = family(parent.family).module("numpy").forward  # the family's float64 NumPy reference
+    config = parent.model.config
     weights = parent.weights()
     golden: dict[Precision, dict[str, dict[str, np.ndarray]]] = {}
     for precision in TIERS:
         params = {k: w.astype(DTYPES[precision]) for k, w in weights.items()}
-        golden[precision] = {c.name: forward(params, parent.config, list(c.tokens)) for c in cases}
+        golden[precision] = {c.name: forward(params, config, list(c.tokens)) for c in cases}
     extra = {kind: p for kind in GRAPHS if (p := parent.onnx_path(kind)) and p.is_file()} if with_onnx else {}
     write_fixture_files(
         root,
-        config=parent.config,
+        config=config,
         vocab=parent.vocab,
         cases=cases,
         weights=weights,
@@ -90,6 +92,7 @@ def _derived_fixture(parent: Fixture, root: Path, cases: Sequence[Case], with_on
         onnx=extra,
         provenance={"command": "parity check-backend (derived fixture)"},
         tolerances=parent.manifest["tolerances"],
+        family=parent.family,
     )
     return load_fixture(root)
 
@@ -119,7 +122,7 @@ def _expect_parity_error(backend: GuardedBackend, fixture: Fixture, precision: P
 def _bad_input_checks(
     backend: GuardedBackend, parent: Fixture, work: Path, precision: Precision
 ) -> list[ConformanceResult]:
-    config = parent.config
+    config = parent.model.config
     results: list[ConformanceResult] = []
 
     # A token id one past the vocabulary. The loader rejects it, so it is put in after loading,
@@ -147,17 +150,18 @@ def _bad_input_checks(
     problem = _expect_parity_error(backend, load_fixture(root), precision)
     results.append(ConformanceResult("rejects a truncated weights file", not problem, problem))
 
-    # A readable weights file missing its last tensor (ln_f.bias).
+    # A readable weights file missing its last tensor (GPT-2's ln_f.bias, the Llama family's lm_head.weight).
     from safetensors.numpy import save_file
 
     root = work / "missing_tensor"
     _derived_fixture(parent, root, [Case("pair", (0, 1), "bad")])
     weights = dict(parent.weights())
-    weights.pop("ln_f.bias")
+    last = list(weights)[-1]
+    weights.pop(last)
     save_file(weights, str(root / "weights.safetensors"))
     _rehash(root)
     problem = _expect_parity_error(backend, load_fixture(root), precision)
-    results.append(ConformanceResult("rejects weights missing a tensor (ln_f.bias)", not problem, problem))
+    results.append(ConformanceResult(f"rejects weights missing a tensor ({last})", not problem, problem))
     return results
 
 
@@ -196,7 +200,7 @@ def _decoding_checks(backend: GuardedBackend, fixture: Fixture) -> list[Conforma
     if not supports.passed or not decodes:
         return [supports] if not supports.passed else [
             ConformanceResult("decoding", True, "not supported (supports_decoding is False): not checked")]
-    config = fixture.config
+    config = fixture.model.config
     long_prompt = tuple(i % config.vocab_size for i in range(max(1, config.n_ctx - 2)))
     requests = [
         DecodeRequest("single", (config.vocab_size - 1,), 1, None),
@@ -245,7 +249,7 @@ def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[C
     results.append(listed)
     if taps is None:
         return results
-    config = fixture.config
+    config = fixture.model.config
     shortest = Case("single", (config.vocab_size - 1,), "single")  # the highest token id, alone
     longest = Case("longest", tuple(i % config.vocab_size for i in range(config.n_ctx)), "longest")
     with tempfile.TemporaryDirectory(prefix="parity-conformance-") as tmp:

@@ -266,3 +266,14 @@ def test_cli_check_backend_numpy(fixture: Fixture) -> None:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("check-backend numpy:")]
     assert len(lines) == 39 and all(": OK" in line for line in lines), proc.stdout  # as in the test above
     assert any("T=1" in line for line in lines) and any("T=16" in line for line in lines)
+
+
+def test_a_llama_fixture_is_checked_in_its_own_family() -> None:
+    """check-backend on toy-llama: derived fixtures of the Llama family (its NumPy reference's goldens, its taps), and
+    the weights file missing its last tensor, lm_head.weight (it read GPT-2's config only, and named ln_f.bias)."""
+    fixture = load_fixture(REPO / "fixtures" / "toy-llama")
+    results = check_backend(_NumpyBackend(), fixture)
+    assert {r.name: r.message for r in results if not r.passed} == {}
+    names = [r.name for r in results]
+    assert "rejects weights missing a tensor (lm_head.weight)" in names
+    assert "fp64 T=16: returns exactly its declared taps" in names and "rejects a token id out of range (12)" in names

@@ -189,7 +189,7 @@ def ort_runner(
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1  # one thread: the same reduction order every run
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only
+    options.log_severity_level = 4  # fatal only: a failing node is the ParityError parity raises, not a log line
     if optimization is not None:
         levels = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
