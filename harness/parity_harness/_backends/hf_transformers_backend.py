@@ -15,8 +15,10 @@ The dtype takes transformers' documented path for a model built from a config,
 the model with torch's default dtype set to `dtype` (and records `config.dtype`), so every parameter is
 created in it; no `.to(dtype)` follows, and every floating tensor is checked to be in the dtype after
 the weights are assigned. In fp16 and bf16 (on the CPU) transformers' GPT-2 then computes in that
-dtype. Eager attention takes the softmax of the dtype's scores in the dtype, as the reference does
-(`reorder_and_upcast_attn`, the float32 upcast, is off by default). Two things differ from
+dtype, but for the attention: it runs with transformers' `reorder_and_upcast_attn` (q.k in float32 with the
+scale inside the product, the softmax in float32, the pattern cast to the dtype), transformers' own remedy for
+scores that overflow fp16 before the scale, as its default eager attention does on the fp16-stress fixture's
+attention sink (docs/backends.md). Two things differ from
 parity_reference/model.py, which rounds every op: the LayerNorms are `nn.LayerNorm`, torch's fused CPU
 kernel, whose mean and variance are not rounded to the dtype, and the exact GELU is torch's fused `gelu`
 (gelu_new is written op by op, as the reference writes it).
