@@ -134,6 +134,15 @@ def test_the_toys_own_logits_graph_passes_with_every_tap_it_computes_found_by_va
     assert report.taps_compared()["onnx-file"] == (39, 43)
 
 
+def test_a_llama_fixtures_own_logits_graph_passes_and_its_cases_are_checked_in_its_family() -> None:
+    """onnx-file on the Llama family: its tokens checked against the family's config (a GPT-2-only read of the
+    config refused every Llama fixture)."""
+    llama = REPO / "fixtures" / "toy-llama"
+    report = api.run(None, llama, "fp32", onnx=llama / "model.logits.onnx")
+    assert report.passed, api.render(report, "text")
+    assert report.taps_compared()["onnx-file"] == (44, 48)
+
+
 def test_a_name_map_names_the_tensors_and_a_missing_tensor_is_one_line(tmp_path: Path) -> None:
     mapping = {"blocks.0.ln1.hook_scale": "sqrt", "logits": "logits"}
     report = api.run(None, TOY, "fp32", onnx=LOGITS, onnx_map=mapping)

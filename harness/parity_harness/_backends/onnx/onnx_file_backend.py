@@ -190,7 +190,7 @@ class OnnxFileBackend(Backend):
         found = self.sources(fixture)
         session, names, _ = self._session()
         out: BackendOutput = {}
-        config = fixture.config
+        config = fixture.model.config  # the family's config (GPTConfig, LlamaConfig)
         for case in fixture.cases:
             checked_tokens(f"case {case.name!r}", case.tokens, config.vocab_size, config.n_ctx,
                            "the graph's Gather would fail or read past its embedding table")
