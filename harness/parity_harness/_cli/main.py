@@ -419,15 +419,10 @@ def cmd_seal(args: argparse.Namespace) -> int:
 
 
 def cmd_check_backend(args: argparse.Namespace) -> int:
-    from parity_harness._run.request import ONNX_FILE_BACKEND, onnx_backend
-    from parity_harness._tools.conformance import check_backend
+    from parity_harness._tools.conformance import backend_to_check, check_backend
 
     fixture = load_fixture(args.fixture)
-    graph = onnx_backend(args.onnx, args.onnx_map)
-    if graph is not None and args.name != ONNX_FILE_BACKEND:
-        raise ParityError(f"--onnx: a graph is checked by the {ONNX_FILE_BACKEND!r} backend, not {args.name!r}")
-    backend = graph if graph is not None else select_backends([args.name])[0][0]
-    results = check_backend(backend, fixture)
+    results = check_backend(backend_to_check(args.name, args.onnx, args.onnx_map), fixture)
     for r in results:
         print(f"check-backend {args.name}: {'OK  ' if r.passed else 'FAIL'}  {r.name}"
               f"{'' if r.passed or not r.message else ': ' + r.message}")

@@ -49,7 +49,7 @@ from parity_harness._core.precision import DTYPES, PRECISIONS, TIERS, is_tier
 from parity_harness._fixture.decoding import DecodeRequest
 from parity_harness._fixture.fixture import MANIFEST, Case, Fixture, load_fixture
 from parity_harness._fixture.schema import SEAL_KEY, manifest_digest
-from parity_harness._run.request import ONNX_FILE_BACKEND
+from parity_harness._run.request import ONNX_FILE_BACKEND, onnx_backend, select_backends
 
 T = TypeVar("T")
 
@@ -171,16 +171,16 @@ def _graph_input_checks(
     """A graph backend (`runs_graph`) computes from the ONNX graph, which embeds its weights: it is not asked
     to read weights.safetensors (the harness checks that file before any backend runs), but to refuse a
     fixture whose manifest lists no graph, with a ParityError (`onnx_file` raises it)."""
-    weights = ConformanceResult("weights file checks", True, "not asked: it runs the fixture's ONNX graph "
-                                "(runs_graph), whose weights the harness checks")
     if backend.name == ONNX_FILE_BACKEND:  # the graph it runs is the one given to it, not the fixture's
-        return [ConformanceResult("weights file checks", True, "not asked: it runs the graph given to it (--onnx)"),
-                ConformanceResult("rejects a fixture without its ONNX graph", True,
-                                  "not asked: it runs the graph given to it (--onnx), not the fixture's")]
+        given = "not asked: it runs the graph given to it (--onnx), not the fixture's"
+        return [ConformanceResult("weights file checks", True, given),
+                ConformanceResult("rejects a fixture without its ONNX graph", True, given)]
     root = work / "no_graph"
     fixture = _derived_fixture(parent, root, [Case("pair", (0, 1), "bad")], with_onnx=False)
     problem = _expect_parity_error(backend, fixture, precision)
-    return [weights, ConformanceResult("rejects a fixture without its ONNX graph", not problem, problem)]
+    return [ConformanceResult("weights file checks", True, "not asked: it runs the fixture's ONNX graph "
+                              "(runs_graph), whose weights the harness checks"),
+            ConformanceResult("rejects a fixture without its ONNX graph", not problem, problem)]
 
 
 _OUTPUT_CHECKS = (("taps", "returns exactly its declared taps"), ("shapes", "shapes and dtype {dtype}"),
@@ -216,6 +216,17 @@ def _decoding_checks(backend: GuardedBackend, fixture: Fixture) -> list[Conforma
         if out is not None:
             results += _output_results(label, decode_output_problems(fixture, out, requests, precision), precision)
     return results
+
+
+def backend_to_check(name: str, onnx: object = None, onnx_map: object = None) -> GuardedBackend:
+    """The registered backend `name`, or, with `onnx` (and `onnx_map`), the onnx-file backend running that graph;
+    a graph given for any other backend is one line."""
+    graph = onnx_backend(onnx, onnx_map)
+    if graph is None:
+        return select_backends([name])[0][0]
+    if name != ONNX_FILE_BACKEND:
+        raise ParityError(f"--onnx: a graph is checked by the {ONNX_FILE_BACKEND!r} backend, not {name!r}")
+    return graph
 
 
 def check_backend(backend: GuardedBackend | Backend, fixture: Fixture) -> list[ConformanceResult]:
