@@ -14,12 +14,13 @@ import pytest
 
 from parity_harness._backends.registry import backend_entry_points, load_backend
 from parity_harness._fixture.fixture import Fixture, load_fixture
+from tests.helpers import GIVEN_GRAPH
 
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
 # onnx-file runs a graph given at run time (--onnx FILE): tests/backends/test_onnx_file.py runs it
 BUILT_IN = sorted(name for name, ep in backend_entry_points().items()
-                  if ep.value.startswith("parity_harness._backends.") and name != "onnx-file")
+                  if ep.value.startswith("parity_harness._backends.") and name not in GIVEN_GRAPH)
 
 
 @pytest.fixture(scope="module")

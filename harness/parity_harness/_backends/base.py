@@ -43,7 +43,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, ClassVar
 
-from parity_harness._core.precision import PRECISIONS, BackendOutput, Precision
+from parity_harness._core.precision import PRECISIONS, BackendOutput, Precision, is_tier
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -67,7 +67,7 @@ def training_spec(fixture: Fixture, backend: str, precision: Precision) -> Train
     (FixtureError)."""
     from parity_harness._core.errors import BackendFailed, FixtureError
 
-    if precision not in ("fp32", "fp64"):  # the backward's tiers
+    if not is_tier(precision):  # the backward's tiers
         raise BackendFailed(f"backend {backend!r}: the backward computes in fp32 and fp64 only, not {precision}")
     spec = fixture.training()
     if spec is None:

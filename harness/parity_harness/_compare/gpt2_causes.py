@@ -324,8 +324,7 @@ def _scores_product_overflow(a: np.ndarray, b: np.ndarray, bad: np.ndarray, ctx:
     sqrt(d_head), the product q.k before its scale, is past 65,504: q @ k^T computed in float16, then scaled."""
     if ctx.precision != "fp16" or not bad.any() or not bool(np.all(~np.isfinite(a[bad]))):
         return []
-    cfg = _gpt(ctx)
-    root = math.sqrt(cfg.d_model // cfg.n_head)
+    root = math.sqrt(_gpt(ctx).d_head)
     limit = float(np.finfo(np.float16).max)
     golden = b[bad]
     if not bool(np.all(np.isfinite(golden))) or not bool(np.all(np.abs(golden) * root > limit)) or \

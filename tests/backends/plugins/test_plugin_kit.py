@@ -27,7 +27,7 @@ from parity_harness._backends.base import Backend, BackendOutput, Precision
 from parity_harness._core.errors import FixtureError
 from parity_harness._fixture.fixture import Fixture, load_fixture
 from parity_harness._tools.conformance import check_backend
-from tests.helpers import REPO, TOY, cli_with_backends
+from tests.helpers import GIVEN_GRAPH, REPO, TOY, cli_with_backends
 
 pytestmark = pytest.mark.full  # `nox -s full`: not in the fast set (pyproject.toml's markers)
 
@@ -252,7 +252,7 @@ def test_the_list_is_every_registered_built_in() -> None:
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_backend_passes_its_own_kit(name: str) -> None:
     backend = parity_harness._backends.registry.load_backend(name)
-    if name == "onnx-file":  # a user's graph: the toy's own logits graph stands for one (check-backend --onnx)
+    if name in GIVEN_GRAPH:  # a user's graph: the toy's own logits graph stands for one (check-backend --onnx)
         from parity_harness._run.request import onnx_backend
 
         backend = onnx_backend(TOY / "model.logits.onnx", None)  # type: ignore[assignment]
