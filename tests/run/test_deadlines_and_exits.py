@@ -9,6 +9,7 @@ one line naming the variable; a backend that closes or replaces sys.stdout/sys.s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -156,3 +157,30 @@ def test_an_interrupt_a_backend_swallows_still_ends_the_run(backend: str, tmp_pa
     assert "interrupted" in proc.stderr and "PASS" not in proc.stdout
     assert json.loads(report.read_text())["usable"] is False
     assert took < 10, took
+
+
+def test_an_interrupt_inside_the_stream_swap_waits_for_it_and_leaves_stderr_put_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """guard.interrupts_held: an interrupt that comes while quiet.silenced swaps stderr is raised once the swap is
+    whole, inside the try that puts it back, so the command's `parity: interrupted` line reaches the real stderr."""
+    import signal
+    from collections.abc import Iterator
+
+    from parity_harness._backends import guard, quiet
+
+    real = sys.stderr
+    with pytest.raises(KeyboardInterrupt), guard.interrupts_held():
+        guard._on_sigint(signal.SIGTERM, None)  # held: recorded, not raised here
+        assert guard._pending
+    assert not guard._pending
+
+    @contextlib.contextmanager
+    def interrupt_while_held() -> Iterator[None]:
+        with guard.interrupts_held():
+            guard._on_sigint(signal.SIGTERM, None)  # the signal lands while the streams are being swapped
+            yield
+
+    monkeypatch.setattr(quiet, "interrupts_held", interrupt_while_held)
+    with pytest.raises(KeyboardInterrupt), quiet.silenced():
+        raise AssertionError("the held interrupt is raised before the body runs")
+    assert sys.stderr is real and quiet._depth == 0 and not quiet._fds  # put back whole

@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO, cast
 
+from parity_harness._backends.guard import interrupts_held
+
 
 class _Sink:
     """A text stream that drops what it is given (and never grows)."""
@@ -57,36 +59,40 @@ def silenced(loggers: tuple[str, ...] = ()) -> Iterator[None]:
     """Warnings, log records below ERROR (the root logger's and `loggers`') and prints dropped until the last
     thread inside leaves."""
     global _depth, _entries
-    with _lock:
-        if _depth == 0:
-            _entries += 1
-            keep = warnings.catch_warnings()
-            keep.__enter__()
-            warnings.simplefilter("ignore")
-            _saved.update(warnings=keep, stdout=sys.stdout, stderr=sys.stderr, disable=logging.root.manager.disable)
-            sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
-            logging.disable(logging.WARNING)
-            _redirect_fds()
-        for name in loggers:
-            logger = logging.getLogger(name)
-            if name not in _levels:
-                _levels[name] = logger.level
-            logger.setLevel(logging.ERROR)
-        _depth += 1
+    entered = False  # set with the swap: an interrupt held until the swap is whole is raised inside the try
     try:
+        with interrupts_held(), _lock:  # the streams swapped whole, never half (guard.interrupts_held)
+            if _depth == 0:
+                _entries += 1
+                keep = warnings.catch_warnings()
+                keep.__enter__()
+                warnings.simplefilter("ignore")
+                _saved.update(warnings=keep, stdout=sys.stdout, stderr=sys.stderr,
+                              disable=logging.root.manager.disable)
+                sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
+                logging.disable(logging.WARNING)
+                _redirect_fds()
+            for name in loggers:
+                logger = logging.getLogger(name)
+                if name not in _levels:
+                    _levels[name] = logger.level
+                logger.setLevel(logging.ERROR)
+            _depth += 1
+            entered = True
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                _restore_fds()
-                for name, level in _levels.items():
-                    logging.getLogger(name).setLevel(level)
-                _levels.clear()
-                logging.disable(_saved["disable"])
-                sys.stdout, sys.stderr = _saved["stdout"], _saved["stderr"]
-                _saved.pop("warnings").__exit__(None, None, None)
-                _saved.clear()
+        with interrupts_held(), _lock:  # and put back whole
+            if entered:
+                _depth -= 1
+                if _depth == 0:
+                    _restore_fds()
+                    for name, level in _levels.items():
+                        logging.getLogger(name).setLevel(level)
+                    _levels.clear()
+                    logging.disable(_saved["disable"])
+                    sys.stdout, sys.stderr = _saved["stdout"], _saved["stderr"]
+                    _saved.pop("warnings").__exit__(None, None, None)
+                    _saved.clear()
 
 
 def unsilenced_stderr() -> TextIO:
