@@ -161,22 +161,22 @@ def test_an_interrupt_a_backend_swallows_still_ends_the_run(backend: str, tmp_pa
 
 def test_an_interrupt_inside_the_stream_swap_waits_for_it_and_leaves_stderr_put_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """guard.interrupts_held: an interrupt that comes while quiet.silenced swaps stderr is raised once the swap is
+    """interrupts.interrupts_held: an interrupt that comes while quiet.silenced swaps stderr is raised once the swap is
     whole, inside the try that puts it back, so the command's `parity: interrupted` line reaches the real stderr."""
     import signal
     from collections.abc import Iterator
 
-    from parity_harness._backends import guard, quiet
+    from parity_harness._backends import guard, interrupts, quiet
 
     real = sys.stderr
-    with pytest.raises(KeyboardInterrupt), guard.interrupts_held():
+    with pytest.raises(KeyboardInterrupt), interrupts.interrupts_held():
         guard._on_sigint(signal.SIGTERM, None)  # held: recorded, not raised here
-        assert guard._pending
-    assert not guard._pending
+        assert interrupts._pending is not None
+    assert interrupts._pending is None
 
     @contextlib.contextmanager
     def interrupt_while_held() -> Iterator[None]:
-        with guard.interrupts_held():
+        with interrupts.interrupts_held():
             guard._on_sigint(signal.SIGTERM, None)  # the signal lands while the streams are being swapped
             yield
 

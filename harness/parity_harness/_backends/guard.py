@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from parity_harness._backends.interrupts import defer
 from parity_harness._core.errors import BackendMisbehaved, ParityError, is_own_error
 
 T = TypeVar("T")
@@ -65,15 +66,10 @@ class _Call:
 _main_call: _Call | None = None
 
 
-_held = 0  # > 0: inside `interrupts_held`, an interrupt waits until the last one leaves
-_pending = False  # an interrupt came while held
-
-
 def _on_sigint(signum: int, frame: Any) -> None:
-    global _sigint_seen, _pending
+    global _sigint_seen
     _sigint_seen = True
-    if _held:
-        _pending = True
+    if defer(_raise_interrupt):  # inside a stream swap: raised when it is whole (interrupts.py)
         return
     _raise_interrupt()
 
@@ -83,25 +79,6 @@ def _raise_interrupt() -> None:
     if call is not None:  # backend code runs: if it swallows the interrupt, the process ends anyway
         threading.Thread(target=_interrupt_watch, args=(call,), name="parity-interrupt", daemon=True).start()
     raise KeyboardInterrupt
-
-
-@contextmanager
-def interrupts_held() -> Iterator[None]:
-    """A Ctrl-C or SIGTERM that comes inside is raised when the last thread leaves, not in the middle.
-
-    For code that swaps process state and undoes it in a `finally` (quiet.silenced: sys.stderr and fd 2 to a
-    temporary file): an interrupt between the swap and the `try` that undoes it would leave stderr pointing at
-    the file, and the command's `parity: interrupted` line would be lost (a SIGTERM test saw exit 130 and an
-    empty stderr, once in five full runs)."""
-    global _held, _pending
-    _held += 1
-    try:
-        yield
-    finally:
-        _held -= 1
-    if not _held and _pending:
-        _pending = False
-        _raise_interrupt()
 
 
 def _interrupt_watch(call: _Call) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO, cast
 
-from parity_harness._backends.guard import interrupts_held
+from parity_harness._backends.interrupts import interrupts_held
 
 
 class _Sink:
@@ -61,7 +61,7 @@ def silenced(loggers: tuple[str, ...] = ()) -> Iterator[None]:
     global _depth, _entries
     entered = False  # set with the swap: an interrupt held until the swap is whole is raised inside the try
     try:
-        with interrupts_held(), _lock:  # the streams swapped whole, never half (guard.interrupts_held)
+        with interrupts_held(), _lock:  # the streams swapped whole, never half (interrupts.py)
             if _depth == 0:
                 _entries += 1
                 keep = warnings.catch_warnings()
